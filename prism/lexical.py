@@ -1,0 +1,51 @@
+"""BM25 ranking: free, deterministic, offline. The embedded default, the baseline, and the
+fallback when an LLM reply cannot be used."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cache
+
+import bm25s
+import numpy as np
+import Stemmer
+
+from prism.models import Ranking
+
+
+@cache
+def _stemmer() -> Stemmer.Stemmer:
+    return Stemmer.Stemmer("english")
+
+
+def _tokens(texts: Sequence[str]) -> list[list[str]]:
+    return bm25s.tokenize(list(texts), stopwords="en", stemmer=_stemmer(), return_ids=False, show_progress=False)
+
+
+def bm25_scores(query: str, docs: Sequence[str]) -> np.ndarray:
+    """Okapi BM25 score of every doc for the query; the docs are the whole collection."""
+    doc_tokens = _tokens(docs)
+    query_tokens = _tokens([query])[0]
+    if not query_tokens or not any(doc_tokens):
+        return np.zeros(len(docs))
+    index = bm25s.BM25()
+    index.index(doc_tokens, show_progress=False)
+    return np.asarray(index.get_scores(query_tokens), dtype=float)
+
+
+class LexicalRanker:
+    """BM25 over the candidates. ``expand`` swaps a candidate's text for a longer description
+    (a filing type's name for what it holds); ties keep ``tie_order``, then index order."""
+
+    name = "lexical"
+
+    def __init__(self, expand: Mapping[str, str] | None = None, tie_order: Sequence[str] = ()):
+        self.expand = dict(expand or {})
+        self.tie_rank = {text: i for i, text in enumerate(tie_order)}
+
+    def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking:
+        scores = bm25_scores(question, [self.expand.get(c, c) for c in candidates])
+        last = len(self.tie_rank)
+        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], self.tie_rank.get(candidates[i], last), i))
+        top = order[:top_k]
+        return Ranking(indices=top, scores=[round(float(scores[i]), 6) for i in top])

@@ -1,0 +1,157 @@
+"""The domain's data: what a ranking job takes in and what it gives back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Task = Literal["documents", "chunks"]
+# An LLM step. Each may use its own model and endpoint: the five filing types, one segment of
+# a filing, or the pool of segment winners.
+Stage = Literal["documents", "segments", "rerank"]
+RankerName = Literal["llm", "lexical"]
+PromptVariant = Literal["p1", "p2", "p3", "p4"]
+# repaired: the reply needed fixing; retried: a second request was needed; fallback: the
+# lexical ranker answered instead; truncated: a chunk was cut to fit the budget; degraded: some
+# segments failed for good and the ranking comes from the others.
+Flag = Literal["repaired", "retried", "fallback", "truncated", "degraded"]
+
+FILING_TYPES = ("DEF14A", "10-K", "10-Q", "8-K", "Earnings")
+
+
+class Query(BaseModel):
+    """One question and the candidates to rank, as read from one input row."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(min_length=1)
+    task: Task
+    question: str = Field(min_length=1)
+    candidates: list[str] = Field(min_length=1)
+    qrel: dict[int, int] | None = None
+    line: int = 0
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # part of prompt_tokens, billed at the cached rate
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class CallRecord(BaseModel):
+    """One LLM request, as finally answered (or given up on) after its retries."""
+
+    stage: Stage
+    model: str
+    usage: Usage = Usage()
+    latency_s: float  # wall time of the whole call, retries and waits included
+    attempts: int
+    usd: Decimal | None  # None: no price is known for the model; never read as $0
+    error: str | None = None
+
+
+class Ranking(BaseModel):
+    """Candidate indices, best first, with what had to be done to get them."""
+
+    indices: list[int]
+    scores: list[float] | None = None
+    flags: list[Flag] = []
+    notes: list[str] = []
+
+    def flagged(self, *flags: Flag, note: str | None = None) -> Ranking:
+        merged = list(dict.fromkeys([*self.flags, *flags]))
+        notes = [*self.notes, note] if note else self.notes
+        return self.model_copy(update={"flags": merged, "notes": notes})
+
+
+class RunConfig(BaseModel):
+    """Everything that decides a ranking. It travels with every job and is part of its id."""
+
+    model_config = ConfigDict(frozen=True)
+
+    doc_ranker: RankerName = "lexical"
+    chunk_ranker: RankerName = "lexical"
+    doc_prompt: PromptVariant = "p4"
+    chunk_prompt: PromptVariant = "p4"
+    models: dict[Stage, str] = {"documents": "gpt-5-mini", "segments": "gpt-5-mini", "rerank": "gpt-5-mini"}
+    max_output_tokens: int | None = None
+    top_n: int = Field(5, ge=1)
+    segment_top_k: int = Field(10, ge=1)
+    segment_tokens: int = Field(32_000, ge=1_000)
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+    def ranker_for(self, task: Task) -> RankerName:
+        return self.doc_ranker if task == "documents" else self.chunk_ranker
+
+
+def job_id(query: Query, config: RunConfig) -> str:
+    """Content hash of the query and the config: same input, same config, same id."""
+    body = json.dumps([query.task, query.question, query.candidates, config.fingerprint()], ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()[:24]
+
+
+class SegmentOutcome(BaseModel):
+    """The winners of one segment (global chunk indices), or why there are none."""
+
+    level: int
+    segment: int
+    started_at: datetime | None = None
+    indices: list[int] = []
+    flags: list[Flag] = []
+    notes: list[str] = []
+    calls: list[CallRecord] = []
+    error: str | None = None
+
+
+class JobResult(BaseModel):
+    run_id: str
+    job_id: str
+    query_id: str
+    task: Task
+    ranker: RankerName
+    n_candidates: int
+    ranking: Ranking
+    calls: list[CallRecord] = []
+    segments: int = 1
+    levels: int = 1
+    started_at: datetime
+    finished_at: datetime
+
+
+class Failure(BaseModel):
+    """A query that got no result, and why. Input errors name the line and the field."""
+
+    run_id: str
+    kind: Literal["input", "job"]
+    error: str
+    query_id: str | None = None
+    task: Task | None = None
+    line: int | None = None
+    field: str | None = None
+    calls: list[CallRecord] = []  # spent before it failed: still paid for
+
+
+class RunManifest(BaseModel):
+    run_id: str
+    status: Literal["planning", "running", "complete", "incomplete"]
+    input: str
+    results: str
+    created_at: datetime
+    finished_at: datetime | None = None
+    config: RunConfig
+    settings: dict  # secrets masked
+    code_version: str
+    embedded: bool
+    counts: dict[str, int] = {}  # documents, chunks, invalid_rows, done, failed, pending
+    timings: dict[str, float] = {}  # plan_s, wall_s

@@ -1,0 +1,58 @@
+"""Usage -> USD. Prices come from genai-prices (maintained, bundled, offline); a local table
+overrides it and covers models it lacks. A model with no price is unpriced (None), never $0."""
+
+from __future__ import annotations
+
+import tomllib
+from decimal import Decimal
+from importlib.resources import files
+from pathlib import Path
+
+from genai_prices import Usage as PriceUsage
+from genai_prices import calc_price
+from pydantic import BaseModel
+
+from prism.models import Usage
+
+_MILLION = Decimal(1_000_000)
+
+
+class Rates(BaseModel):
+    """USD per million tokens."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None = None  # None: cached tokens cost the full input rate
+
+
+class PriceTable:
+    def __init__(self, overrides: dict[str, Rates] | None = None, provider: str | None = "openai"):
+        self.overrides = dict(overrides or {})
+        self.provider = provider
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, provider: str | None = "openai") -> PriceTable:
+        """The bundled override table, then the file at ``path`` on top of it."""
+        table = _read(files("prism").joinpath("prices.toml").read_text())
+        if path:
+            table |= _read(Path(path).read_text())
+        return cls(table, provider)
+
+    def usd(self, model: str, usage: Usage) -> Decimal | None:
+        if rates := self.overrides.get(model):
+            cached = min(usage.cached_tokens, usage.prompt_tokens)
+            cached_rate = rates.cached_input if rates.cached_input is not None else rates.input
+            total = (usage.prompt_tokens - cached) * rates.input + cached * cached_rate
+            return (total + usage.completion_tokens * rates.output) / _MILLION
+        # genai-prices counts cached tokens inside input_tokens, as OpenAI's prompt_tokens does.
+        priced = PriceUsage(
+            input_tokens=usage.prompt_tokens, cache_read_tokens=usage.cached_tokens, output_tokens=usage.completion_tokens
+        )
+        try:
+            return calc_price(priced, model_ref=model, provider_id=self.provider).total_price
+        except LookupError:
+            return None
+
+
+def _read(text: str) -> dict[str, Rates]:
+    return {model: Rates.model_validate(rates) for model, rates in tomllib.loads(text).get("models", {}).items()}

@@ -1,0 +1,161 @@
+"""Segmented chunk ranking.
+
+A filing's chunks are cut into segments that fit the token budget; each segment is ranked on
+its own for its top k; the winners are pooled and the pool re-ranked into the final top n. A
+pool over the budget is cut and ranked again (one more level) until it fits. The steps are
+separate functions so the fleet can run each segment as its own task; :func:`rank_chunks` runs
+them all in one process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import zip_longest
+
+from pydantic import BaseModel
+
+from prism.llm import recording
+from prism.models import Flag, Ranking, SegmentOutcome
+from prism.rankers import Ranker
+from prism.segmenting import MARKER_TOKENS, TokenCounter, plan_segments
+
+MAX_LEVELS = 4
+
+
+class ChunkInput(BaseModel):
+    """A chunk query as workers need it; stored once and shared by all of its segment tasks."""
+
+    question: str
+    chunks: list[str]
+    costs: list[int]  # prompt tokens per chunk, marker included
+    truncated: list[int] = []  # chunks cut to fit the budget
+    exact_counts: bool = True
+
+
+def prepare(question: str, chunks: Sequence[str], counter: TokenCounter, budget: int) -> ChunkInput:
+    """Count every chunk's tokens and cut any chunk that alone would overflow a segment."""
+    texts, truncated = list(chunks), []
+    costs = [n + MARKER_TOKENS for n in counter.count_many(texts)]
+    for i, cost in enumerate(costs):
+        if cost > budget:
+            texts[i] = counter.truncate(texts[i], budget - MARKER_TOKENS)
+            costs[i] = budget
+            truncated.append(i)
+    return ChunkInput(question=question, chunks=texts, costs=costs, truncated=truncated, exact_counts=counter.exact)
+
+
+@dataclass(frozen=True)
+class Level:
+    """Segments to rank next, and how many winners each keeps."""
+
+    segments: list[list[int]]
+    k: int
+
+
+def first_level(data: ChunkInput, top_n: int, k: int, budget: int) -> Level:
+    segments = plan_segments(range(len(data.chunks)), data.costs, budget)
+    return Level(segments, top_n if len(segments) == 1 else k)  # one segment: its ranking is final
+
+
+def rank_segment(ranker: Ranker, data: ChunkInput, segment: Sequence[int], k: int, level: int, number: int) -> SegmentOutcome:
+    """Rank one segment; failures are kept in the outcome so the other segments still count."""
+    started = datetime.now(UTC)
+    with recording() as calls:
+        try:
+            ranking = ranker.rank(data.question, [data.chunks[i] for i in segment], k)
+        except Exception as err:  # noqa: BLE001 - reported in the outcome, the query is marked degraded
+            error = f"{type(err).__name__}: {err}"
+            return SegmentOutcome(level=level, segment=number, started_at=started, calls=calls, error=error)
+    return SegmentOutcome(
+        level=level, segment=number, started_at=started, indices=[segment[j] for j in ranking.indices],
+        flags=ranking.flags, notes=[f"segment {level}.{number}: {n}" for n in ranking.notes], calls=calls,
+    )  # fmt: skip
+
+
+class AllSegmentsFailed(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The winners to re-rank into the final list."""
+
+    indices: list[int]
+
+
+def after_level(outcomes: Sequence[SegmentOutcome], data: ChunkInput, top_n: int, k: int, budget: int, level: int) -> Ranking | Pool | Level:
+    """What follows a level: the final ranking (a single segment), the pool to re-rank, or one
+    more level when the pool is still over the budget."""
+    done = [o for o in outcomes if o.error is None]
+    if not done:
+        raise AllSegmentsFailed("; ".join(f"segment {o.level}.{o.segment}: {o.error}" for o in outcomes))
+    if level == 0 and len(outcomes) == 1:
+        return Ranking(indices=done[0].indices[:top_n])
+    pool = sorted({i for o in done for i in o.indices})
+    if sum(data.costs[i] for i in pool) <= budget:
+        return Pool(pool)
+    if level + 1 >= MAX_LEVELS:  # cannot happen with sane settings; keep the best-placed winners
+        return Pool(sorted(_fit(interleave(done), data.costs, budget)))
+    segments = plan_segments(pool, data.costs, budget)
+    # Each level must shrink the pool: at most half of it goes on.
+    return Level(segments, max(top_n, min(k, len(pool) // (2 * len(segments)))))
+
+
+def finish(indices: list[int], outcomes: Sequence[SegmentOutcome], data: ChunkInput) -> Ranking:
+    """The final ranking with every segment's flags and notes, and why it may be incomplete."""
+    flags: list[Flag] = [f for o in outcomes for f in o.flags]
+    notes = [n for o in outcomes for n in o.notes]
+    failed = [o for o in outcomes if o.error]
+    if failed:
+        flags.append("degraded")
+        notes += [f"segment {o.level}.{o.segment} failed: {o.error}" for o in failed]
+    if data.truncated:
+        flags.append("truncated")
+        notes.append(f"chunks cut to fit the segment budget: {data.truncated}")
+    return Ranking(indices=indices, flags=list(dict.fromkeys(flags)), notes=notes)
+
+
+def rerank(ranker: Ranker, data: ChunkInput, pool: Pool, top_n: int, outcomes: Sequence[SegmentOutcome], level: int) -> SegmentOutcome:
+    """Re-rank the pool; if that call fails for good, fall back to the segments' own order."""
+    final = rank_segment(ranker, data, pool.indices, top_n, level, 0)
+    if final.error:
+        fallback = interleave([o for o in outcomes if o.error is None])[:top_n]
+        return final.model_copy(update={
+            "indices": fallback, "error": None, "flags": ["degraded"],
+            "notes": [f"pool re-rank failed ({final.error}); kept the segments' own order"],
+        })  # fmt: skip
+    return final
+
+
+def interleave(outcomes: Sequence[SegmentOutcome]) -> list[int]:
+    """Every segment's first winner, then every second, and so on."""
+    ranked = zip_longest(*(o.indices for o in outcomes))
+    return list(dict.fromkeys(i for row in ranked for i in row if i is not None))
+
+
+def _fit(order: list[int], costs: Sequence[int], budget: int) -> list[int]:
+    kept, used = [], 0
+    for i in order:
+        if used + costs[i] <= budget:
+            kept.append(i)
+            used += costs[i]
+    return kept
+
+
+def rank_chunks(segments: Ranker, pool_ranker: Ranker, data: ChunkInput, top_n: int, k: int, budget: int) -> tuple[Ranking, list[SegmentOutcome]]:
+    """The whole segmented ranking in this process: every level, then the pool re-rank."""
+    step: Ranking | Pool | Level = first_level(data, top_n, k, budget)
+    outcomes: list[SegmentOutcome] = []
+    level = 0
+    while isinstance(step, Level):
+        current = [rank_segment(segments, data, seg, step.k, level, i) for i, seg in enumerate(step.segments)]
+        outcomes += current
+        step = after_level(current, data, top_n, k, budget, level)
+        level += 1
+    if isinstance(step, Pool):
+        final = rerank(pool_ranker, data, step, top_n, current, level)
+        outcomes.append(final)
+        step = Ranking(indices=final.indices)
+    return finish(step.indices, outcomes, data), outcomes

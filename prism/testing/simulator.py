@@ -1,0 +1,253 @@
+"""A provider simulator: an HTTP server on loopback that speaks OpenAI's chat-completions API
+and ranks the numbered candidates it finds in the prompt.
+
+Modes: ``lexical`` ranks by BM25; ``oracle`` ranks by the graded labels of known queries
+(``add_queries``), each candidate's grade replaced by a random one with probability ``noise``.
+It counts tokens, waits ``latency_s`` per request, and can be told to fail: a script of
+faults for the next requests (``script("429", "malformed")``) or a rate per fault kind.
+
+    python -m prism.testing.simulator --mode oracle --queries data.jsonl --port 8100
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prism.datasets import MARKERS, split_prompt
+from prism.lexical import LexicalRanker
+from prism.models import Query
+from prism.rankers import document_lexical_ranker
+from prism.segmenting import TokenCounter
+
+FAULTS = ("429", "insufficient_quota", "401", "400", "500", "503", "timeout", "malformed", "no_usage")
+
+
+@dataclass
+class SimulatorConfig:
+    mode: str = "lexical"  # or "oracle"
+    latency_s: float = 0.0
+    noise: float = 0.0
+    seed: int = 0
+    fault_rates: dict[str, float] = field(default_factory=dict)  # fault kind -> chance per request
+    retry_after_s: float = 0.2  # what a 429 asks the client to wait
+    hang_s: float = 30.0  # how long a "timeout" fault keeps the client waiting
+
+
+class Simulator:
+    def __init__(self, config: SimulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0):
+        self.config = config or SimulatorConfig()
+        self.grades: dict[str, dict[str, int]] = {}  # question -> candidate fingerprint -> grade
+        self.stats: Counter[str] = Counter()
+        self.requests: deque[dict] = deque(maxlen=1000)  # model, stage hints and outcome of recent requests
+        self._script: deque[str] = deque()
+        self._lock = threading.Lock()
+        self._tokens = TokenCounter()
+        self._server = ThreadingHTTPServer((host, port), _handler(self))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def add_queries(self, queries: Iterable[Query]) -> None:
+        for q in queries:
+            if q.qrel:
+                table = self.grades.setdefault(q.question, {})
+                for i, grade in q.qrel.items():
+                    table[_fingerprint(q.candidates[i])] = grade
+
+    def script(self, *faults: str) -> None:
+        """Serve these faults, in order, to the next requests."""
+        unknown = set(faults) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
+        with self._lock:
+            self._script.extend(faults)
+
+    def start(self) -> Simulator:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="llm-simulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> Simulator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def _next_fault(self, rng: random.Random) -> str | None:
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        for kind, rate in self.config.fault_rates.items():
+            if rng.random() < rate:
+                return kind
+        return None
+
+    def answer(self, body: dict) -> tuple[int, dict, dict[str, str], float]:
+        """(status, JSON body, headers, seconds to wait before answering) for one request."""
+        messages = body.get("messages") or []
+        text = "\n".join(m.get("content") or "" for m in messages if isinstance(m.get("content"), str))
+        with self._lock:
+            self.stats["requests"] += 1
+            number = self.stats["requests"]
+        fault = self._next_fault(random.Random(f"{self.config.seed}:{number}"))
+        delay = self.config.latency_s
+        self._note(body, fault or "ok")
+        if fault in ("429", "insufficient_quota"):
+            code = "rate_limit_exceeded" if fault == "429" else "insufficient_quota"
+            retry = self.config.retry_after_s
+            headers = {"retry-after-ms": str(int(retry * 1000)), "retry-after": str(max(1, round(retry)))}
+            return 429, _error(f"simulated {code}", code), headers if fault == "429" else {}, delay
+        if fault in ("401", "400", "500", "503"):
+            return int(fault), _error(f"simulated HTTP {fault}", None), {}, delay
+        if fault == "timeout":
+            delay = self.config.hang_s
+        # The same prompt gets the same answer, noise included, whatever the order of requests.
+        rng = random.Random(f"{self.config.seed}:{hashlib.sha1(text.encode()).hexdigest()}")
+        reply = "I would start with the third chunk." if fault == "malformed" else self._rank(messages, text, rng)
+        prompt_tokens = self._tokens.count(text) + 4 * len(messages)
+        completion_tokens = self._tokens.count(reply)
+        with self._lock:
+            self.stats["prompt_tokens"] += prompt_tokens
+            self.stats["completion_tokens"] += completion_tokens
+        usage = {
+            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": 0},
+        }  # fmt: skip
+        response = {
+            "id": f"chatcmpl-sim-{self.stats['requests']}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "simulator"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+            "usage": None if fault == "no_usage" else usage,
+        }  # fmt: skip
+        return 200, response, {}, delay
+
+    def _rank(self, messages: list[dict], text: str, rng: random.Random) -> str:
+        prompt = next((m["content"] for m in messages if any(mk.format(0) in (m.get("content") or "") for mk in MARKERS.values())), None)
+        if prompt is None:
+            return "There are no numbered candidates to rank."
+        task, question, candidates = split_prompt(prompt)
+        wanted = re.findall(r"exactly (\d+)", text)
+        n = min(int(wanted[-1]), len(candidates)) if wanted else len(candidates)
+        if self.config.mode == "oracle":
+            order = self._oracle(question, candidates, rng)
+        else:
+            ranker = document_lexical_ranker() if task == "documents" else LexicalRanker()
+            order = ranker.rank(question, candidates, len(candidates)).indices
+        return str(order[:n])
+
+    def _oracle(self, question: str, candidates: list[str], rng: random.Random) -> list[int]:
+        table = self.grades.get(question, {})
+        top = max(table.values(), default=0)
+        scores = []
+        for text in candidates:
+            grade = table.get(_fingerprint(text), 0)
+            if rng.random() < self.config.noise:
+                grade = rng.uniform(0, top)
+            scores.append((grade, rng.random()))
+        return sorted(range(len(candidates)), key=lambda i: scores[i], reverse=True)
+
+    def _note(self, body: dict, outcome: str) -> None:
+        with self._lock:
+            self.stats[outcome] += 1
+            self.requests.append({"model": body.get("model"), "outcome": outcome, "at": time.time()})
+
+
+def _fingerprint(text: str) -> str:
+    return hashlib.sha1(" ".join(text.split())[:2000].encode()).hexdigest()
+
+
+def _error(message: str, code: str | None) -> dict:
+    return {"error": {"message": message, "type": code or "server_error", "code": code, "param": None}}
+
+
+def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/").endswith("/models"):
+                self._send(200, {"object": "list", "data": [{"id": "simulator", "object": "model"}]})
+            else:
+                self._send(404, _error("not found", None))
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send(404, _error(f"no route {self.path}", None))
+                return
+            try:
+                body = json.loads(self.rfile.read(length))
+            except json.JSONDecodeError:
+                self._send(400, _error("body is not JSON", None))
+                return
+            status, payload, headers, delay = sim.answer(body)
+            if delay:
+                time.sleep(delay)
+            self._send(status, payload, headers)
+
+        def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout fault)
+                pass
+
+        def log_message(self, *args) -> None:  # keep test output quiet
+            pass
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    from prism.datasets import read_queries
+
+    parser = argparse.ArgumentParser(description="OpenAI-compatible ranking simulator")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--mode", choices=("lexical", "oracle"), default="lexical")
+    parser.add_argument("--queries", nargs="*", default=[], help="input files whose qrels the oracle answers from")
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--noise", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fault", action="append", default=[], metavar="KIND=RATE", help=f"KIND in {FAULTS}")
+    args = parser.parse_args(argv)
+    rates = {k: float(v) for k, v in (f.split("=", 1) for f in args.fault)}
+    sim = Simulator(SimulatorConfig(args.mode, args.latency, args.noise, args.seed, rates), args.host, args.port)
+    for path in args.queries:
+        with open(path, "rb") as stream:
+            sim.add_queries(q for q in read_queries(stream) if isinstance(q, Query))
+    print(f"simulator on {sim.url} ({args.mode}, {len(sim.grades)} known questions)", flush=True)
+    try:
+        sim._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

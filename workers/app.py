@@ -1,0 +1,62 @@
+"""The Celery app. ``celery -A workers.app worker`` starts a fleet worker from ``PRISM_*``
+settings; the producer makes its own app with the same tasks (and an in-memory broker when no
+broker is configured: the embedded default)."""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery.signals import celeryd_init, worker_process_init
+
+from workers import logs
+from workers.settings import Settings
+
+
+def make_app(settings: Settings | None = None) -> Celery:
+    settings = settings or Settings()
+    broker = settings.broker_url or "memory://"
+    backend = settings.result_backend or settings.broker_url or "cache+memory://"
+    app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking"])
+    app.conf.update(
+        # A job is acknowledged only once its result is stored; a worker that dies mid-job
+        # leaves it to be delivered again, to another worker.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            # The in-memory broker is polled; its 1 s default would dominate small embedded runs.
+            **({"polling_interval": 0.05} if settings.embedded else {}),
+        },
+        result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        task_time_limit=settings.task_time_limit_s,
+        task_soft_time_limit=settings.task_time_limit_s - 60,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_expires=7 * 24 * 3600,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+    )
+    app.prism_settings = settings
+    return app
+
+
+app = make_app()
+
+
+@celeryd_init.connect
+def _check_fleet(instance=None, **_):
+    settings: Settings = instance.app.prism_settings
+    if settings.embedded:
+        raise SystemExit("PRISM_BROKER_URL is not set: a fleet worker needs the broker the producer uses (e.g. redis://host:6379/0)")
+    logs.configure(settings.log_level)
+    logs.get().info("worker settings", settings=settings.masked())
+
+
+@worker_process_init.connect
+def _child_logging(**_):
+    from celery import current_app
+
+    logs.configure(current_app.prism_settings.log_level)

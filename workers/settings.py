@@ -1,0 +1,125 @@
+"""All configuration in one object: ``PRISM_*`` environment variables, or a TOML file named by
+``PRISM_CONFIG``. Unset, everything runs embedded: in-process workers, results in ./results,
+and the $0 lexical ranker."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from prism.llm import Endpoint, RetryPolicy
+from prism.models import PromptVariant, RunConfig, Stage
+
+STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank")
+
+
+class EndpointOverride(BaseModel):
+    """Another endpoint for one stage (say, a bigger model on another server for segments)."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    provider: Literal["openai", "azure"] | None = None
+    api_version: str | None = None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PRISM_", extra="ignore", populate_by_name=True)
+
+    # where things run
+    broker_url: str | None = None  # unset: embedded, in-process workers
+    result_backend: str | None = None  # chord bookkeeping; defaults to the broker
+    results: str = "results"  # a folder, or s3://bucket/prefix
+    s3_endpoint_url: str | None = None  # an S3-compatible server; unset: AWS
+    s3_region: str | None = None
+
+    # the LLM
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("PRISM_LLM_API_KEY", "OPENAI_API_KEY"))
+    llm_provider: Literal["openai", "azure"] = "openai"
+    llm_api_version: str | None = None
+    llm_model: str = "gpt-5-mini"
+    llm_models: dict[Stage, str] = {}  # per-stage models, e.g. {"segments": "gpt-5"}
+    llm_endpoints: dict[Stage, EndpointOverride] = {}  # per-stage endpoints
+    llm_timeout_s: float = 120.0
+    llm_max_attempts: int = 6
+    llm_backoff_cap_s: float = 60.0
+    llm_max_output_tokens: int | None = None
+    prices_file: Path | None = None  # local price overrides on top of the bundled table
+
+    # the method
+    doc_ranker: Literal["auto", "llm", "lexical"] = "auto"  # auto: llm when an endpoint is set
+    chunk_ranker: Literal["auto", "llm", "lexical"] = "auto"
+    doc_prompt: PromptVariant = "p4"
+    chunk_prompt: PromptVariant = "p4"
+    top_n: int = 5
+    segment_top_k: int = 10
+    segment_tokens: int = 32_000
+
+    # the fleet
+    embedded_workers: int = 2
+    visibility_timeout_s: int = 4 * 3600  # above the longest job, retries and waits included
+    task_time_limit_s: int = 3600
+    log_level: str = "INFO"
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:  # fmt: skip
+        sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings)
+        if path := os.environ.get("PRISM_CONFIG"):
+            sources += (TomlConfigSettingsSource(settings_cls, toml_file=path),)
+        return sources
+
+    @property
+    def embedded(self) -> bool:
+        return self.broker_url is None
+
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.llm_base_url or self.llm_api_key or self.llm_endpoints)
+
+    def run_config(self, **overrides) -> RunConfig:
+        def ranker(choice: str) -> str:
+            return choice if choice != "auto" else ("llm" if self.llm_configured else "lexical")
+
+        fields = {
+            "doc_ranker": ranker(self.doc_ranker), "chunk_ranker": ranker(self.chunk_ranker),
+            "doc_prompt": self.doc_prompt, "chunk_prompt": self.chunk_prompt,
+            "models": {s: self.llm_models.get(s, self.llm_model) for s in STAGES},
+            "max_output_tokens": self.llm_max_output_tokens, "top_n": self.top_n,
+            "segment_top_k": self.segment_top_k, "segment_tokens": self.segment_tokens,
+        }  # fmt: skip
+        return RunConfig(**(fields | {k: v for k, v in overrides.items() if v is not None}))
+
+    def endpoints(self) -> dict[Stage, Endpoint]:
+        base = Endpoint(
+            base_url=self.llm_base_url, provider=self.llm_provider, api_version=self.llm_api_version,
+            api_key=self.llm_api_key.get_secret_value() if self.llm_api_key else None,
+        )  # fmt: skip
+        out = {}
+        for stage in STAGES:
+            o = self.llm_endpoints.get(stage)
+            out[stage] = base if o is None else Endpoint(
+                base_url=o.base_url or base.base_url, provider=o.provider or base.provider,
+                api_key=o.api_key.get_secret_value() if o.api_key else base.api_key,
+                api_version=o.api_version or base.api_version,
+            )  # fmt: skip
+        return out
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(max_attempts=self.llm_max_attempts, backoff_cap_s=self.llm_backoff_cap_s, timeout_s=self.llm_timeout_s)
+
+    def masked(self) -> dict:
+        """The settings as printed at start: secrets and URL passwords hidden."""
+        return _mask_urls(self.model_dump(mode="json"))
+
+
+def _mask_urls(value):
+    if isinstance(value, dict):
+        return {k: _mask_urls(v) for k, v in value.items()}
+    if isinstance(value, str):
+        return re.sub(r"(//[^:/@]*:)[^@/]+@", r"\1****@", value)
+    return value

@@ -1,0 +1,156 @@
+"""Where inputs are read and results written: a local folder or an S3 bucket, laid out alike.
+
+    runs/<run_id>/manifest.json, cost.json, failures.jsonl, report.md, qrels.json
+    runs/<run_id>/results/<task>/<query_id>.json     one per query, same key on every rerun
+    runs/<run_id>/failures/<name>.json               one per failed query or bad input row
+    runs/<run_id>/inputs/<query_id>.json             chunk queries, stored once (claim check)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol, TypeVar
+from urllib.parse import quote, unquote, urlparse
+
+from pydantic import BaseModel
+
+from workers.settings import Settings
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Store(Protocol):
+    uri: str
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes: ...  # KeyError when absent
+
+    def exists(self, key: str) -> bool: ...
+
+    def keys(self, prefix: str) -> Iterator[str]: ...
+
+
+def put_model(store: Store, key: str, model: BaseModel) -> None:
+    store.put(key, model.model_dump_json(indent=1).encode())
+
+
+def get_model(store: Store, key: str, cls: type[M]) -> M:
+    return cls.model_validate_json(store.get(key))
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    run_id: str
+
+    @property
+    def base(self) -> str:
+        return f"runs/{self.run_id}"
+
+    def file(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def result(self, task: str, query_id: str) -> str:
+        return f"{self.base}/results/{task}/{quote(query_id, safe='')}.json"
+
+    def failure(self, name: str) -> str:
+        return f"{self.base}/failures/{quote(name, safe='')}.json"
+
+    def input(self, query_id: str) -> str:
+        return f"{self.base}/inputs/{quote(query_id, safe='')}.json"
+
+    @staticmethod
+    def query_id(key: str) -> str:
+        return unquote(key.rsplit("/", 1)[-1].removesuffix(".json"))
+
+
+class LocalStore:
+    def __init__(self, root: str | Path):
+        self.root = Path(root).resolve()
+        self.uri = str(self.root)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write then rename, so a reader never sees half a file.
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as tmp:
+            tmp.write(data)
+        os.replace(tmp.name, path)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            raise KeyError(key) from None
+
+    def exists(self, key: str) -> bool:
+        return (self.root / key).is_file()
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        base = self.root / prefix
+        if base.is_dir():
+            for path in sorted(base.rglob("*")):
+                if path.is_file() and not path.name.startswith(".tmp-"):
+                    yield path.relative_to(self.root).as_posix()
+
+
+class S3Store:
+    def __init__(self, bucket: str, prefix: str, client):
+        self.bucket, self.prefix, self.client = bucket, prefix.strip("/"), client
+        self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+        except self.client.exceptions.NoSuchKey:
+            raise KeyError(key) from None
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except self.client.exceptions.ClientError as err:
+            if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
+            for item in page.get("Contents", []):
+                yield item["Key"][strip:]
+
+
+def s3_client(settings: Settings):
+    import boto3
+    from botocore.config import Config
+
+    # Path-style addressing for S3-compatible servers on a plain host:port.
+    style = "path" if settings.s3_endpoint_url else "auto"
+    config = Config(s3={"addressing_style": style}, retries={"max_attempts": 8, "mode": "standard"})
+    return boto3.client("s3", endpoint_url=settings.s3_endpoint_url, region_name=settings.s3_region or "us-east-1", config=config)
+
+
+def open_store(uri: str, settings: Settings) -> Store:
+    if uri.startswith("s3://"):
+        parsed = urlparse(uri)
+        return S3Store(parsed.netloc, parsed.path, s3_client(settings))
+    return LocalStore(uri)
+
+
+def open_input(uri: str, settings: Settings) -> IO[bytes]:
+    """A byte stream of a local file or an s3:// object, read as it is consumed."""
+    if uri.startswith("s3://"):
+        parsed = urlparse(uri)
+        return s3_client(settings).get_object(Bucket=parsed.netloc, Key=parsed.path.lstrip("/"))["Body"]
+    return open(uri, "rb")
