@@ -27,7 +27,7 @@ from workers.settings import Settings
 from workers.store import RunLayout, get_model, open_store, put_model
 
 app = typer.Typer(help="Rank financial filings for questions with an LLM fleet (the PRISM method).", no_args_is_help=True)
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 SAMPLE = "bundled sample"
 
 InputArg = Annotated[Optional[str], typer.Argument(help="JSONL input (plain or .gz): a path or s3://bucket/key. Default: the bundled sample.")]  # fmt: skip
@@ -199,7 +199,7 @@ def _metrics_table(metrics: dict) -> Table:
 
 
 def _print_summary(manifest: RunManifest, cost: dict, metrics: dict, settings: Settings, config) -> None:
-    out, c, total = Console(), manifest.counts, cost["total"]
+    out, c, total = Console(soft_wrap=True), manifest.counts, cost["total"]
     out.print(f"\n[bold]run {manifest.run_id}: {manifest.status}[/bold] in {manifest.timings.get('wall_s', 0):.1f} s")
     out.print(f"queries: {c.get('done', 0)} done, {c.get('failed', 0)} failed, {c.get('pending', 0)} pending; {c.get('invalid_rows', 0)} invalid input rows")  # fmt: skip
     unpriced = f" + {total['unpriced_calls']} unpriced call(s)" if total["unpriced_calls"] else ""

@@ -1,0 +1,23 @@
+# Two entry points: `make run` (the main job, embedded, no services needed) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test venv clean
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+run: venv
+	$(BIN)/prism run
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

@@ -1,0 +1,109 @@
+"""`prism run` end to end: the producer, real `celery worker` processes on Redis, results in
+the S3 server, the LLM simulator over HTTP; and the embedded default with nothing configured."""
+
+import gzip
+import json
+from decimal import Decimal
+
+import pytest
+from ranx import Qrels, Run
+from ranx import evaluate as ranx_evaluate
+
+from tests.conftest import DOC_DEV, PAGES, fleet_env, prism_cli, s3_client
+
+pytestmark = pytest.mark.integration
+
+
+def s3_json(client, bucket, key):
+    return json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def s3_keys(client, bucket, prefix):
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+def test_fleet_run_puts_one_result_per_valid_query_in_s3(tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker):
+    client = s3_client(s3_server)
+    with gzip.open(PAGES, "rt") as f:
+        pages = [next(f) for _ in range(12)]
+    bad_row = '{"uuid": "broken", "messages": [{"role": "user", "content": "no candidates"}]}\n'
+    lines = DOC_DEV.read_text().splitlines(keepends=True) + [bad_row] + pages
+    client.put_object(Bucket=bucket, Key="in/mixed.jsonl.gz", Body=gzip.compress("".join(lines).encode()))
+
+    env = fleet_env(redis_url, s3_server, fresh_simulator.url)
+    start_worker(env)
+    start_worker(env)
+    results = f"s3://{bucket}/prism"
+    run = prism_cli(["run", f"s3://{bucket}/in/mixed.jsonl.gz", "--results", results, "--run-id", "e2e"], env, tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    base = "prism/runs/e2e"
+    documents = s3_keys(client, bucket, f"{base}/results/documents/")
+    chunks = s3_keys(client, bucket, f"{base}/results/chunks/")
+    assert len(documents) == 296 and len(chunks) == 12
+    manifest = s3_json(client, bucket, f"{base}/manifest.json")
+    assert manifest["status"] == "complete"
+    counts = manifest["counts"]
+    assert (counts["documents"], counts["chunks"], counts["done"], counts["failed"], counts["invalid_rows"]) == (296, 12, 308, 0, 1)
+    assert manifest["settings"]["llm_api_key"] == "**********" and "sk-test" not in json.dumps(manifest)
+
+    failures = client.get_object(Bucket=bucket, Key=f"{base}/failures.jsonl")["Body"].read().decode().splitlines()
+    (failure,) = [json.loads(line) for line in failures]
+    assert failure["line"] == 297 and failure["field"] == "messages" and failure["query_id"] == "broken"
+
+    # cost.json is the sum of the per-call records in the result files.
+    records = [s3_json(client, bucket, key) for key in documents + chunks]
+    calls = [c for r in records for c in r["calls"]]
+    cost = s3_json(client, bucket, f"{base}/cost.json")
+    assert cost["total"]["calls"] == len(calls) >= 308
+    assert Decimal(cost["total"]["usd"]) == sum(Decimal(c["usd"]) for c in calls) > 0
+    assert cost["total"]["prompt_tokens"] == sum(c["usage"]["prompt_tokens"] for c in calls)
+    assert cost["by_task"]["documents"]["calls"] == 296
+    assert cost["by_task"]["chunks"]["calls"] == sum(len(r["calls"]) for r in records if r["task"] == "chunks")
+    assert set(cost["by_stage"]) == {"documents", "segments", "rerank"}
+    assert sum(j["calls"] for j in cost["jobs"]) == len(calls)
+    assert all(r["ranking"]["flags"] == [] for r in records)
+    assert max(r["segments"] for r in records) > 1
+
+    # prism eval agrees with ranx; with a noiseless oracle every ranking is perfect.
+    evaluated = prism_cli(["eval", "e2e", "--results", results], env, tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    qrels = s3_json(client, bucket, f"{base}/qrels.json")
+    for task, keys in (("documents", documents), ("chunks", chunks)):
+        run_ = Run({r["query_id"]: {str(i): 10.0 - p for p, i in enumerate(r["ranking"]["indices"])} for r in records if r["task"] == task})
+        qr = Qrels({q: {i: g for i, g in qrels[q].items() if g > 0} for q in run_.keys()})
+        expected = ranx_evaluate(qr, run_, ["ndcg@5", "mrr@5", "map@5"])
+        for name in ("ndcg@5", "mrr@5", "map@5"):
+            assert metrics[task][name] == pytest.approx(expected[name], abs=1e-9)
+    assert metrics["documents"]["ndcg@5"] == pytest.approx(1.0) and metrics["chunks"]["ndcg@5"] == pytest.approx(1.0)
+
+    status = prism_cli(["status", "e2e", "--results", results], env, tmp_path)
+    assert status.returncode == 0 and "308" in status.stdout
+
+
+def test_embedded_default_runs_the_bundled_sample_with_nothing_configured(tmp_path):
+    env = fleet_env("", "", None)
+    del env["PRISM_BROKER_URL"], env["PRISM_S3_ENDPOINT_URL"]
+    run = prism_cli(["run", "--run-id", "sample"], env, tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "No LLM was used" in run.stdout and "12 done, 0 failed" in run.stdout
+    base = tmp_path / "results" / "runs" / "sample"
+    manifest = json.loads((base / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["embedded"] and manifest["config"]["doc_ranker"] == "lexical"
+    assert len(list((base / "results" / "documents").glob("*.json"))) == 8
+    assert len(list((base / "results" / "chunks").glob("*.json"))) == 4
+    cost = json.loads((base / "cost.json").read_text())
+    assert cost["total"]["calls"] == 0 and (base / "report.md").read_text().startswith("# Run sample")
+
+
+def test_embedded_llm_run_reports_an_unpriced_model_as_unpriced(tmp_path, fresh_simulator):
+    env = fleet_env("", "", fresh_simulator.url, PRISM_LLM_MODEL="acme-ranker-9000")
+    del env["PRISM_BROKER_URL"], env["PRISM_S3_ENDPOINT_URL"]
+    run = prism_cli(["run", "--run-id", "unpriced"], env, tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    cost = json.loads((tmp_path / "results" / "runs" / "unpriced" / "cost.json").read_text())
+    total = cost["total"]
+    assert total["calls"] >= 12 and total["unpriced_calls"] == total["calls"] and Decimal(total["usd"]) == 0
+    assert f"{total['calls']} unpriced call(s)" in run.stdout

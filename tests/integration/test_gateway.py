@@ -1,0 +1,95 @@
+"""The LLM gateway and the LLM ranker against the provider simulator, over real HTTP."""
+
+import pytest
+
+from prism.llm import Endpoint, Gateway, LlmError, RetryPolicy, recording
+from prism.models import FILING_TYPES, RunConfig
+from prism.pricing import PriceTable
+from prism.rankers import build_ranker
+from tests.conftest import DOC_DEV, load
+
+pytestmark = pytest.mark.integration
+MESSAGES = [{"role": "user", "content": "Question: Q?\n\nFiling types:\n[Document Index 0] DEF14A\n\n[Document Index 1] 10-K\n\nReturn exactly 2 indices."}]
+
+
+def gateway(sim, **policy) -> Gateway:
+    policy = {"backoff_base_s": 0.05, "backoff_cap_s": 2.0, "timeout_s": 5.0} | policy
+    return Gateway(Endpoint(base_url=sim.url, api_key="sk-test"), PriceTable.load(), RetryPolicy(**policy))
+
+
+def test_usage_latency_and_price_are_recorded(fresh_simulator):
+    with recording() as calls:
+        reply = gateway(fresh_simulator).complete(MESSAGES, stage="documents", model="gpt-5-mini")
+    assert reply.text in ("[0, 1]", "[1, 0]")
+    (call,) = calls
+    assert call.attempts == 1 and call.error is None and call.usage.prompt_tokens > 20 and call.usage.completion_tokens > 0
+    assert call.usd == PriceTable.load().usd("gpt-5-mini", call.usage) and call.usd > 0
+
+
+def test_429_waits_for_retry_after_then_succeeds(fresh_simulator):
+    fresh_simulator.config.retry_after_s = 0.6
+    fresh_simulator.script("429", "429")
+    with recording() as calls:
+        gateway(fresh_simulator).complete(MESSAGES, stage="documents", model="gpt-5-mini")
+    assert calls[0].attempts == 3
+    assert calls[0].latency_s >= 1.2  # two waits of at least the 0.6 s asked for
+
+
+def test_5xx_and_timeouts_are_retried(fresh_simulator):
+    fresh_simulator.config.hang_s = 3
+    fresh_simulator.script("500", "503", "timeout")
+    with recording() as calls:
+        gateway(fresh_simulator, timeout_s=0.5).complete(MESSAGES, stage="documents", model="gpt-5-mini")
+    assert calls[0].attempts == 4 and calls[0].error is None
+
+
+@pytest.mark.parametrize("fault, status", [("insufficient_quota", "429 insufficient_quota"), ("401", "401"), ("400", "400")])
+def test_quota_auth_and_bad_requests_fail_fast(fresh_simulator, fault, status):
+    fresh_simulator.script(fault)
+    with recording() as calls, pytest.raises(LlmError) as err:
+        gateway(fresh_simulator).complete(MESSAGES, stage="documents", model="gpt-5-mini")
+    assert calls[0].attempts == 1 and f"HTTP {status}" in calls[0].error and calls[0].usd is None
+    assert "after 1 attempt" in str(err.value)
+
+
+def test_retries_run_out_and_the_failed_call_is_still_recorded(fresh_simulator):
+    fresh_simulator.script("503", "503", "503")
+    with recording() as calls, pytest.raises(LlmError):
+        gateway(fresh_simulator, max_attempts=3).complete(MESSAGES, stage="segments", model="gpt-5-mini")
+    assert calls[0].attempts == 3 and calls[0].stage == "segments"
+
+
+def test_unpriced_model_and_missing_usage_are_unpriced_not_free(fresh_simulator):
+    gw = gateway(fresh_simulator)
+    fresh_simulator.script("no_usage")
+    with recording() as calls:
+        gw.complete(MESSAGES, stage="documents", model="gpt-5-mini")  # usage not reported
+        gw.complete(MESSAGES, stage="documents", model="acme-ranker-9000")  # no price known
+    assert calls[0].usd is None and calls[1].usd is None and calls[1].usage.prompt_tokens > 0
+    with recording() as calls:
+        gw.complete(MESSAGES, stage="documents", model="gpt-5-mini")
+    assert calls[0].usd > 0
+
+
+def test_llm_ranker_retries_an_unreadable_reply_then_falls_back(fresh_simulator):
+    q = load(DOC_DEV, limit=1)[0]
+    ranker = build_ranker(RunConfig(doc_ranker="llm"), "documents", gateway(fresh_simulator))
+    fresh_simulator.script("malformed")
+    with recording() as calls:
+        ranking = ranker.rank(q.question, q.candidates, 5)
+    assert ranking.flags == ["retried"] and len(calls) == 2 and sorted(ranking.indices) == [0, 1, 2, 3, 4]
+    assert ranking.indices[0] == 4  # the oracle's answer: Earnings is the one relevant type
+    fresh_simulator.script("malformed", "malformed")
+    with recording() as calls:
+        ranking = ranker.rank(q.question, q.candidates, 5)
+    assert ranking.flags == ["fallback"] and len(calls) == 2 and sorted(ranking.indices) == [0, 1, 2, 3, 4]
+    assert "unusable twice" in ranking.notes[0]
+
+
+def test_llm_ranker_answers_with_the_oracle_order(fresh_simulator):
+    ranker = build_ranker(RunConfig(doc_ranker="llm"), "documents", gateway(fresh_simulator))
+    for q in load(DOC_DEV, limit=10):
+        ranking = ranker.rank(q.question, q.candidates, 5)
+        grades = [q.qrel[i] for i in ranking.indices]
+        assert grades == sorted(grades, reverse=True) and not ranking.flags
+        assert [FILING_TYPES[i] for i in ranking.indices] != []
