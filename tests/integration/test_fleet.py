@@ -84,8 +84,7 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(tmp_path, redis_url, s3
 
 
 def test_embedded_default_runs_the_bundled_sample_with_nothing_configured(tmp_path):
-    env = fleet_env("", "", None)
-    del env["PRISM_BROKER_URL"], env["PRISM_S3_ENDPOINT_URL"]
+    env = fleet_env(None, None, None)
     run = prism_cli(["run", "--run-id", "sample"], env, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "No LLM was used" in run.stdout and "12 done, 0 failed" in run.stdout
@@ -99,8 +98,7 @@ def test_embedded_default_runs_the_bundled_sample_with_nothing_configured(tmp_pa
 
 
 def test_embedded_llm_run_reports_an_unpriced_model_as_unpriced(tmp_path, fresh_simulator):
-    env = fleet_env("", "", fresh_simulator.url, PRISM_LLM_MODEL="acme-ranker-9000")
-    del env["PRISM_BROKER_URL"], env["PRISM_S3_ENDPOINT_URL"]
+    env = fleet_env(None, None, fresh_simulator.url, PRISM_LLM_MODEL="acme-ranker-9000")
     run = prism_cli(["run", "--run-id", "unpriced"], env, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     cost = json.loads((tmp_path / "results" / "runs" / "unpriced" / "cost.json").read_text())

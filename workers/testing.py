@@ -1,0 +1,134 @@
+"""Fleet parts for tests and benchmarks: an S3 server (SeaweedFS) and `celery worker`
+processes on loopback, started and stopped by the caller."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "prism-test-key", "AWS_SECRET_ACCESS_KEY": "prism-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port_pair() -> int:
+    """A free port p with p + 10000 free too (SeaweedFS puts its gRPC port there)."""
+    rng = random.Random()
+    while True:
+        port = rng.randint(20000, 29999)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+
+
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+class SeaweedS3:
+    """SeaweedFS `weed mini` on loopback with auth on (S3_KEYS); ``endpoint`` is its S3 URL."""
+
+    def __init__(self, workdir: Path):
+        weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+        for sub in ("data", "logs"):
+            (workdir / sub).mkdir(parents=True, exist_ok=True)
+        port = free_port_pair()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.log = workdir / "weed.log"
+        cmd = [
+            weed, f"-logdir={workdir / 'logs'}", "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-s3.port={port}", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-master.port={free_port_pair()}", f"-volume.port={free_port_pair()}", f"-filer.port={free_port_pair()}",
+            f"-admin.port={free_port_pair()}", "-master.telemetry=false",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, env=os.environ | S3_KEYS, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.client().list_buckets()
+                return
+            except Exception:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"SeaweedFS did not start:\n{self.log.read_text()[-2000:]}") from None
+                time.sleep(0.3)
+
+    def client(self):
+        return s3_client(self.endpoint)
+
+    def bucket(self) -> str:
+        name = f"prism-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def stop(self) -> None:
+        _stop(self.proc, timeout=15)
+
+
+def s3_client(endpoint: str):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"], config=Config(s3={"addressing_style": "path"}),
+    )  # fmt: skip
+
+
+def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | None, **extra: str) -> dict[str, str]:
+    """This process's environment without PRISM_/OPENAI_ settings, pointed at the given parts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRISM_", "OPENAI_"))}
+    env |= S3_KEYS | {"PYTHONUNBUFFERED": "1"}
+    if redis_url:
+        env["PRISM_BROKER_URL"] = redis_url
+    if s3_endpoint:
+        env["PRISM_S3_ENDPOINT_URL"] = s3_endpoint
+    if llm_url:
+        env |= {"PRISM_LLM_BASE_URL": llm_url, "PRISM_LLM_API_KEY": "sk-test", "PRISM_LLM_BACKOFF_CAP_S": "2"}
+    return env | extra
+
+
+class WorkerProcess:
+    """A real `celery -A workers.app worker` (prefork) process, ready when constructed."""
+
+    def __init__(self, env: dict[str, str], log: Path, concurrency: int = 2, pool: str = "prefork"):
+        self.log = log
+        cmd = [
+            str(Path(sys.executable).parent / "celery"), "-A", "workers.app", "worker", "-P", pool, "-c", str(concurrency),
+            "-n", f"w{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle", "-l", "INFO",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while b" ready." not in log.read_bytes():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"celery worker did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        _stop(self.proc, sig, timeout)
+
+
+def prism_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "prism"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
