@@ -14,19 +14,7 @@ SHARED = Path(os.environ.get("PRISM_SHARED_DATA", ROOT.parent / "shared" / "data
 DOC_DEV = SHARED / "finagentbench" / "document_ranking_kaggle_dev.jsonl"
 PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
 
-
-def load(path: Path, limit: int | None = None):
-    from prism.datasets import read_queries
-    from prism.models import Query
-
-    out = []
-    with open(path, "rb") as stream:
-        for q in read_queries(stream):
-            if isinstance(q, Query):
-                out.append(q)
-                if limit and len(out) >= limit:
-                    break
-    return out
+from prism.datasets import load_queries as load  # noqa: E402 - after the path is set
 
 
 def redis_db(db: int = 12) -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
 from typing import IO
 
 from pydantic import ValidationError
@@ -56,6 +58,13 @@ def read_queries(stream: IO[bytes]) -> Iterator[Query | RowError]:
             yield parse_row(raw, line)
         except RowError as err:
             yield err
+
+
+def load_queries(path: str | Path, limit: int | None = None) -> list[Query]:
+    """The valid queries of a local file (bad rows skipped): for tests, benchmarks, tools."""
+    with open(path, "rb") as stream:
+        valid = (q for q in read_queries(stream) if isinstance(q, Query))
+        return list(islice(valid, limit))
 
 
 def parse_row(raw: bytes | str, line: int) -> Query:

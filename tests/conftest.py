@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from prism.datasets import read_queries
-from prism.models import Query
+from prism.datasets import load_queries as load
 from prism.testing.simulator import Simulator, SimulatorConfig
 from workers.testing import S3_KEYS, SeaweedS3, WorkerProcess, fleet_env, prism_cli, s3_client  # noqa: F401 - for tests
 
@@ -22,17 +21,6 @@ DOC_DEV = SHARED / "finagentbench" / "document_ranking_kaggle_dev.jsonl"
 DOC_FULL = SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl"
 PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
 REDIS_DB = int(os.environ.get("PRISM_TEST_REDIS_DB", "11"))
-
-
-def load(path: Path, limit: int | None = None) -> list[Query]:
-    out = []
-    with open(path, "rb") as stream:
-        for q in read_queries(stream):
-            if isinstance(q, Query):
-                out.append(q)
-                if limit and len(out) >= limit:
-                    break
-    return out
 
 
 @pytest.fixture(scope="session")

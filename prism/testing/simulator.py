@@ -225,7 +225,7 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from prism.datasets import read_queries
+    from prism.datasets import load_queries
 
     parser = argparse.ArgumentParser(description="OpenAI-compatible ranking simulator")
     parser.add_argument("--host", default="127.0.0.1")
@@ -240,8 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     rates = {k: float(v) for k, v in (f.split("=", 1) for f in args.fault)}
     sim = Simulator(SimulatorConfig(args.mode, args.latency, args.noise, args.seed, rates), args.host, args.port)
     for path in args.queries:
-        with open(path, "rb") as stream:
-            sim.add_queries(q for q in read_queries(stream) if isinstance(q, Query))
+        sim.add_queries(load_queries(path))
     print(f"simulator on {sim.url} ({args.mode}, {len(sim.grades)} known questions)", flush=True)
     try:
         sim._server.serve_forever()
