@@ -1,19 +1,26 @@
 """The one place that talks to an LLM.
 
 OpenAI, Azure OpenAI or any OpenAI-compatible server (``base_url``), through the openai SDK's
-sync client (an async client breaks when Celery's processes make and drop event loops). Every
-request goes: limiter -> SDK call -> retry on 429/5xx/timeouts honouring Retry-After -> usage
-and price recorded, failed calls included.
+sync client (an async client breaks when Celery's processes make and drop event loops). A
+request goes: response cache -> run budget -> rate limiter -> SDK call -> retries on 429, 5xx
+and timeouts honouring Retry-After -> usage, price and the provider's limit headers recorded.
+Every call is recorded, the failed ones and the cache hits too.
+
+The cache, the limiter and the budget are interfaces; the fleet backs them with Redis and S3.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Literal, Protocol
 
@@ -22,6 +29,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 
 from prism.models import CallRecord, Stage, Usage
 from prism.pricing import PriceTable
+from prism.segmenting import TokenCounter
 
 
 @dataclass(frozen=True)
@@ -42,17 +50,53 @@ class RetryPolicy:
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 60.0
     timeout_s: float = 120.0
+    expected_output_tokens: int = 1000  # reserved per request when no max_output_tokens is set
+
+
+class Deferred(Exception):
+    """Not a failure: the job must wait (rate limit) or stop (budget) and is not done."""
+
+
+class RateLimited(Deferred):
+    def __init__(self, retry_in: float, what: str):
+        super().__init__(f"{what}: retry in {retry_in:.1f} s")
+        self.retry_in = retry_in
+
+
+class BudgetExhausted(Deferred):
+    pass
 
 
 class Limiter(Protocol):
-    """Where the provider's limits are kept before each attempt; blocks until the request may go."""
+    """The provider's requests/min and tokens/min. ``acquire`` blocks a short while, or raises
+    RateLimited when the wait would be long; ``settle`` swaps the reservation for the real use
+    and follows the provider's own count from its headers."""
 
     def acquire(self, endpoint: str, model: str, tokens: int) -> None: ...
+
+    def settle(self, endpoint: str, model: str, reserved: int, used: int | None, headers: Mapping[str, str]) -> None: ...
 
 
 class NoLimiter:
     def acquire(self, endpoint: str, model: str, tokens: int) -> None:
         return None
+
+    def settle(self, endpoint: str, model: str, reserved: int, used: int | None, headers: Mapping[str, str]) -> None:
+        return None
+
+
+class Cache(Protocol):
+    def get(self, key: str) -> dict | None: ...
+
+    def put(self, key: str, value: dict) -> None: ...
+
+
+class Budget(Protocol):
+    """A run's spending cap; ``reserve`` raises BudgetExhausted when the call would pass it."""
+
+    def reserve(self, usd: Decimal) -> None: ...
+
+    def settle(self, reserved: Decimal, spent: Decimal | None) -> None: ...
 
 
 class LlmError(RuntimeError):
@@ -63,6 +107,10 @@ class LlmError(RuntimeError):
         self.call = call
 
 
+class ContextTooLong(LlmError):
+    """The prompt does not fit the model's context: cut the input smaller and ask again."""
+
+
 @dataclass(frozen=True)
 class Completion:
     text: str
@@ -70,6 +118,7 @@ class Completion:
 
 
 _ledgers: ContextVar[tuple[list[CallRecord], ...]] = ContextVar("prism_llm_ledgers", default=())
+_budget: ContextVar[Budget | None] = ContextVar("prism_llm_budget", default=None)
 
 
 @contextmanager
@@ -84,6 +133,16 @@ def recording() -> Iterator[list[CallRecord]]:
         _ledgers.reset(token)
 
 
+@contextmanager
+def spending(budget: Budget | None) -> Iterator[None]:
+    """Charge the calls made inside the block to this budget."""
+    token = _budget.set(budget)
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
 class Gateway:
     def __init__(
         self,
@@ -91,11 +150,14 @@ class Gateway:
         prices: PriceTable,
         policy: RetryPolicy = RetryPolicy(),
         limiter: Limiter | None = None,
+        cache: Cache | None = None,
     ):
         self.endpoints = endpoints
         self.prices = prices
         self.policy = policy
         self.limiter = limiter or NoLimiter()
+        self.cache = cache
+        self.counter = TokenCounter()
         self._clients: dict[Endpoint, openai.OpenAI] = {}
 
     def endpoint(self, stage: Stage) -> Endpoint:
@@ -105,16 +167,71 @@ class Gateway:
 
     def complete(self, messages: list[dict], *, stage: Stage, model: str, max_output_tokens: int | None = None) -> Completion:
         endpoint = self.endpoint(stage)
-        client = self._client(endpoint)
-        estimate = sum(len(m["content"]) for m in messages) // 3 + (max_output_tokens or 1000)
-        extra = {"max_completion_tokens": max_output_tokens} if max_output_tokens else {}
-        started, attempts = time.monotonic(), 0
+        started = time.monotonic()
+        key = cache_key(endpoint, model, messages, max_output_tokens)
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            call = CallRecord(stage=stage, model=model, latency_s=round(time.monotonic() - started, 4), attempts=0, usd=Decimal(0), cached=True)  # fmt: skip
+            return self._account(Completion(hit["text"], call))
 
-        def attempt() -> openai.types.chat.ChatCompletion:
-            nonlocal attempts
+        prompt = self.counter.count("".join(m["content"] for m in messages)) + 4 * len(messages)
+        output = max_output_tokens or self.policy.expected_output_tokens
+        reserved = prompt + output
+        budget = _budget.get()
+        reserved_usd = self.prices.usd(model, Usage(prompt_tokens=prompt, completion_tokens=output)) or Decimal(0)
+        if budget is not None:
+            budget.reserve(reserved_usd)
+        try:
+            response, headers, attempts, throttled = self._call(endpoint, model, messages, max_output_tokens, reserved)
+        except Deferred:
+            if budget is not None:
+                budget.settle(reserved_usd, Decimal(0))
+            raise
+        except openai.OpenAIError as err:
+            if budget is not None:
+                budget.settle(reserved_usd, Decimal(0))
+            call = CallRecord(
+                stage=stage, model=model, latency_s=round(time.monotonic() - started, 4),
+                attempts=getattr(err, "prism_attempts", 1), throttled=getattr(err, "prism_throttled", 0), usd=None,
+                error=describe(err),
+            )  # fmt: skip
+            self._account(Completion("", call))
+            kind = ContextTooLong if is_context_overflow(err) else LlmError
+            raise kind(f"{stage} call to {model} failed after {call.attempts} attempt(s): {call.error}", call) from err
+
+        usage = _usage(response)
+        self.limiter.settle(endpoint.key, model, reserved, usage.total_tokens if usage else None, headers)
+        usd = self.prices.usd(model, usage) if usage else None  # no usage reported: unpriced
+        if budget is not None:
+            budget.settle(reserved_usd, usd)
+        text = (response.choices[0].message.content if response.choices else None) or ""
+        call = CallRecord(
+            stage=stage, model=model, usage=usage or Usage(), latency_s=round(time.monotonic() - started, 4),
+            attempts=attempts, throttled=throttled, usd=usd,
+        )  # fmt: skip
+        if self.cache is not None and text:
+            self.cache.put(key, {"text": text, "model": model, "usage": call.usage.model_dump()})
+        return self._account(Completion(text, call))
+
+    def _call(self, endpoint: Endpoint, model: str, messages: list[dict], max_output_tokens: int | None, reserved: int):
+        client = self._client(endpoint)
+        extra = {"max_completion_tokens": max_output_tokens} if max_output_tokens else {}
+        attempts = throttled = 0
+
+        def attempt():
+            nonlocal attempts, throttled
             attempts += 1
-            self.limiter.acquire(endpoint.key, model, estimate)
-            return client.chat.completions.create(model=model, messages=messages, **extra)
+            self.limiter.acquire(endpoint.key, model, reserved)
+            try:
+                raw = client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra)
+            except openai.APIStatusError as err:
+                throttled += err.status_code == 429
+                # The provider's count is news even on a refusal; the reservation was not used.
+                self.limiter.settle(endpoint.key, model, reserved, 0, err.response.headers)
+                raise
+            except openai.OpenAIError:
+                self.limiter.settle(endpoint.key, model, reserved, 0, {})
+                raise
+            return raw.parse(), raw.headers
 
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
@@ -123,22 +240,11 @@ class Gateway:
             reraise=True,
         )
         try:
-            response = retrying(attempt)
+            response, headers = retrying(attempt)
         except openai.OpenAIError as err:
-            call = CallRecord(
-                stage=stage, model=model, latency_s=time.monotonic() - started, attempts=attempts, usd=None,
-                error=describe(err),
-            )  # fmt: skip
-            self._account(call)
-            raise LlmError(f"{stage} call to {model} failed after {attempts} attempt(s): {describe(err)}", call) from err
-        usage = _usage(response)
-        call = CallRecord(
-            stage=stage, model=model, usage=usage or Usage(), latency_s=round(time.monotonic() - started, 4),
-            attempts=attempts, usd=self.prices.usd(model, usage) if usage else None,  # no usage reported: unpriced
-        )  # fmt: skip
-        self._account(call)
-        text = response.choices[0].message.content if response.choices else None
-        return Completion(text or "", call)
+            err.prism_attempts, err.prism_throttled = attempts, throttled
+            raise
+        return response, headers, attempts, throttled
 
     def _client(self, endpoint: Endpoint) -> openai.OpenAI:
         if endpoint not in self._clients:
@@ -161,9 +267,16 @@ class Gateway:
         return random.uniform(0, min(cap, self.policy.backoff_base_s * 2 ** (state.attempt_number - 1)))
 
     @staticmethod
-    def _account(call: CallRecord) -> None:
+    def _account(completion: Completion) -> Completion:
         for ledger in _ledgers.get():
-            ledger.append(call)
+            ledger.append(completion.call)
+        return completion
+
+
+def cache_key(endpoint: Endpoint, model: str, messages: list[dict], max_output_tokens: int | None) -> str:
+    """Same endpoint, model, messages and parameters: same key."""
+    body = json.dumps([endpoint.key, model, messages, max_output_tokens], ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def is_retryable(err: BaseException) -> bool:
@@ -174,8 +287,30 @@ def is_retryable(err: BaseException) -> bool:
     return isinstance(err, openai.APIStatusError) and err.status_code in (408, 409)
 
 
+def is_context_overflow(err: BaseException) -> bool:
+    return isinstance(err, openai.BadRequestError) and (
+        err.code == "context_length_exceeded" or "maximum context length" in str(err.message).lower()
+    )
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str | None) -> float | None:
+    """OpenAI's reset headers: '1s', '6m0s', '20ms', '1h2m3.5s', or plain seconds."""
+    if not text:
+        return None
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        parts = _DURATION.findall(text)
+        return sum(float(n) * _SECONDS[u] for n, u in parts) if parts else None
+
+
 def retry_after(err: BaseException | None) -> float | None:
-    """Seconds the provider asked us to wait: retry-after-ms, Retry-After (seconds or a date)."""
+    """Seconds the provider asked us to wait: retry-after-ms, Retry-After (seconds or a date),
+    else the reset time of the limit that ran out."""
     response = getattr(err, "response", None)
     if response is None:
         return None
@@ -190,7 +325,12 @@ def retry_after(err: BaseException | None) -> float | None:
                 return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return None
-    return None
+    resets = [
+        parse_duration(headers.get(f"x-ratelimit-reset-{kind}"))
+        for kind in ("requests", "tokens")
+        if headers.get(f"x-ratelimit-remaining-{kind}") == "0"
+    ]
+    return max((r for r in resets if r is not None), default=None)
 
 
 def describe(err: BaseException) -> str:

@@ -55,8 +55,10 @@ class CallRecord(BaseModel):
     usage: Usage = Usage()
     latency_s: float  # wall time of the whole call, retries and waits included
     attempts: int
+    throttled: int = 0  # of the attempts, those the provider refused with 429
     usd: Decimal | None  # None: no price is known for the model; never read as $0
     error: str | None = None
+    cached: bool = False  # answered from the response cache: no request, no tokens, $0
 
 
 class Ranking(BaseModel):
@@ -112,10 +114,12 @@ class SegmentOutcome(BaseModel):
     notes: list[str] = []
     calls: list[CallRecord] = []
     error: str | None = None
+    budget_exhausted: bool = False  # stopped by the run's budget: the query stays pending
 
 
 class JobResult(BaseModel):
     run_id: str
+    reused_from: str | None = None  # copied from an earlier run with the same job id: nothing spent
     job_id: str
     query_id: str
     task: Task
@@ -130,21 +134,34 @@ class JobResult(BaseModel):
 
 
 class Failure(BaseModel):
-    """A query that got no result, and why. Input errors name the line and the field."""
+    """A query that got no result, and why. Input errors name the line and the field; a query
+    stopped by the run's budget is "skipped": pending, not failed."""
 
     run_id: str
-    kind: Literal["input", "job"]
+    kind: Literal["input", "job", "skipped"]
     error: str
     query_id: str | None = None
     task: Task | None = None
     line: int | None = None
+    source: str | None = None
     field: str | None = None
     calls: list[CallRecord] = []  # spent before it failed: still paid for
 
 
+class Spent(BaseModel):
+    """Calls that no result or failure holds: a job delivered twice, whose second result was
+    refused because the first was already stored."""
+
+    run_id: str
+    task: Task
+    query_id: str
+    reason: str
+    calls: list[CallRecord]
+
+
 class RunManifest(BaseModel):
     run_id: str
-    status: Literal["planning", "running", "complete", "incomplete"]
+    status: Literal["planning", "running", "complete", "incomplete", "budget_exhausted"]
     input: str
     results: str
     created_at: datetime
@@ -153,5 +170,8 @@ class RunManifest(BaseModel):
     settings: dict  # secrets masked
     code_version: str
     embedded: bool
+    budget_usd: Decimal | None = None
+    reuse: bool = True  # copy results of earlier runs with the same job id
+    requeues: int = 0  # times missing jobs were enqueued again after the fleet went quiet
     counts: dict[str, int] = {}  # documents, chunks, invalid_rows, done, failed, pending
     timings: dict[str, float] = {}  # plan_s, wall_s

@@ -7,6 +7,7 @@ import secrets
 import subprocess
 import time
 from datetime import UTC, datetime
+from decimal import Decimal
 from importlib.metadata import version
 from importlib.resources import files
 from pathlib import Path
@@ -17,12 +18,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from prism.models import PromptVariant, RankerName, RunManifest
-from producer.plan import plan_run
+import redis
+
+from prism.models import Failure, PromptVariant, RankerName, RunManifest, Usage
+from prism.pricing import PriceTable
+from producer.plan import Plan, RunSpec, plan_run
 from producer.report import RunState, cost_report, finalize, run_metrics
 from workers import logs, runtime
 from workers.app import make_app
+from workers.budget import RunBudget
 from workers.embedded import embedded_worker
+from workers.metrics import FleetCollector
 from workers.settings import Settings
 from workers.store import RunLayout, get_model, open_store, put_model
 
@@ -41,6 +47,11 @@ TopNOpt = Annotated[Optional[int], typer.Option("--top-n", help="Chunks in the f
 LimitOpt = Annotated[Optional[int], typer.Option("--limit", help="Plan at most this many queries.")]
 
 
+BudgetOpt = Annotated[Optional[Decimal], typer.Option("--budget-usd", help="Stop the run at this spend (PRISM_BUDGET_USD).")]
+WaitOpt = Annotated[bool, typer.Option(help="Wait for the run to finish and report.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option(help="Stop waiting after this many seconds.")]
+
+
 @app.command()
 def run(
     input: InputArg = None,
@@ -52,55 +63,29 @@ def run(
     chunk_prompt: ChunkPromptOpt = None,
     top_n: TopNOpt = None,
     limit: LimitOpt = None,
-    wait: Annotated[bool, typer.Option(help="Wait for the run to finish and report.")] = True,
-    timeout: Annotated[Optional[float], typer.Option(help="Stop waiting after this many seconds.")] = None,
+    budget_usd: BudgetOpt = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Rank every query, even those an earlier run ranked with the same job id.")] = False,  # fmt: skip
+    wait: WaitOpt = True,
+    timeout: TimeoutOpt = None,
 ) -> None:
-    """Plan, enqueue, wait with a progress bar, write the report and print a summary."""
+    """Plan, enqueue, wait with a progress bar, write the report and print a summary.
+
+    INPUT is a JSONL file, or a folder or s3:// prefix (ending in '/') of them. A run id that
+    already has results ranks only what it is missing.
+    """
     settings = Settings()
-    if not wait and settings.embedded:
-        raise typer.BadParameter("--no-wait needs a fleet (PRISM_BROKER_URL): embedded workers stop when the command ends")
     config = settings.run_config(doc_ranker=doc_ranker, chunk_ranker=chunk_ranker, doc_prompt=doc_prompt, chunk_prompt=chunk_prompt, top_n=top_n)  # fmt: skip
-    run_id = run_id or datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-    results = results or settings.results
-    source = input or str(files("prism").joinpath("data", "sample.jsonl.gz"))
-    store = open_store(results, settings)
-    logs.configure(settings.log_level if not settings.embedded else "WARNING")
-    _print_settings(settings, config, input or SAMPLE, results, run_id)
-
-    celery_app = make_app(settings)
-    celery_app.set_current()
-    manifest = RunManifest(
-        run_id=run_id, status="planning", input=input or SAMPLE, results=results, created_at=datetime.now(UTC),
-        config=config, settings=settings.masked(), code_version=_code_version(), embedded=settings.embedded,
+    spec = RunSpec(
+        run_id=run_id or datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3),
+        input=input or str(files("prism").joinpath("data", "sample.jsonl.gz")), results=results or settings.results,
+        config=config, budget_usd=budget_usd if budget_usd is not None else settings.budget_usd, reuse=not fresh,
     )  # fmt: skip
-    layout = RunLayout(run_id)
-    put_model(store, layout.file("manifest.json"), manifest)
-
-    def go() -> None:
-        nonlocal manifest
-        started = time.monotonic()
-        with console.status("planning...") as status:
-            plan = plan_run(
-                source, run_id, results, config, store, settings, limit,
-                on_query=lambda p: status.update(f"planning: {p.documents} document and {p.chunks} chunk queries"),
-            )  # fmt: skip
-        counts = {"documents": plan.documents, "chunks": plan.chunks, "segments": plan.segments, "invalid_rows": plan.invalid_rows}
-        manifest = manifest.model_copy(update={"status": "running", "counts": counts, "timings": {"plan_s": round(time.monotonic() - started, 3)}})  # fmt: skip
-        put_model(store, layout.file("manifest.json"), manifest)
-        console.print(f"planned {plan.jobs} jobs ({plan.documents} documents, {plan.chunks} chunks in {plan.segments} segments); {plan.invalid_rows} invalid rows")  # fmt: skip
-        if not wait:
-            typer.echo(run_id)
-            return
-        state = _watch(RunState(store, run_id), plan.jobs, timeout)
-        manifest, cost, metrics = finalize(state, manifest, plan.jobs)
-        _print_summary(manifest, cost, metrics, settings, config)
-
-    if settings.embedded:
-        runtime.use(settings)
-        with embedded_worker(celery_app, settings.embedded_workers):
-            go()
-    else:
-        go()
+    manifest = RunManifest(
+        run_id=spec.run_id, status="planning", input=spec.input, results=spec.results, created_at=datetime.now(UTC),
+        config=config, settings=settings.masked(), code_version=_code_version(), embedded=settings.embedded,
+        budget_usd=spec.budget_usd, reuse=spec.reuse,
+    )  # fmt: skip
+    _execute(spec, manifest, settings, limit, wait, timeout, input_name=input or SAMPLE)
 
 
 @app.command()
@@ -114,9 +99,97 @@ def enqueue(
     chunk_prompt: ChunkPromptOpt = None,
     top_n: TopNOpt = None,
     limit: LimitOpt = None,
+    budget_usd: BudgetOpt = None,
 ) -> None:
     """Plan and enqueue a run on the fleet; print its run id and return."""
-    run(input, run_id, results, doc_ranker, chunk_ranker, doc_prompt, chunk_prompt, top_n, limit, wait=False)
+    run(input, run_id, results, doc_ranker, chunk_ranker, doc_prompt, chunk_prompt, top_n, limit, budget_usd, wait=False)
+
+
+@app.command()
+def resume(
+    run_id: str,
+    results: ResultsOpt = None,
+    budget_usd: BudgetOpt = None,
+    wait: WaitOpt = True,
+    timeout: TimeoutOpt = None,
+) -> None:
+    """Enqueue what a run is missing (lost jobs, or those its budget stopped) and wait for it.
+    The input and the config are the run's own; --budget-usd raises its cap."""
+    settings = Settings()
+    store, manifest = _open_run(run_id, results)
+    layout = RunLayout(run_id)
+    for key in list(store.keys(f"{layout.base}/failures/")):
+        if layout.query_id(key).startswith("skipped-"):
+            store.delete(key)
+    budget = budget_usd if budget_usd is not None else manifest.budget_usd
+    if budget is not None and settings.shared_redis:
+        RunBudget(redis.Redis.from_url(settings.shared_redis), run_id, budget).reopen()
+    spec = RunSpec(run_id, manifest.input, manifest.results, manifest.config, budget, manifest.reuse)
+    manifest = manifest.model_copy(update={"budget_usd": budget, "finished_at": None})
+    _execute(spec, manifest, settings, None, wait, timeout, input_name=manifest.input)
+
+
+def _execute(spec: RunSpec, manifest: RunManifest, settings: Settings, limit: int | None, wait: bool, timeout: float | None, input_name: str) -> None:  # fmt: skip
+    if not wait and settings.embedded:
+        raise typer.BadParameter("--no-wait needs a fleet (PRISM_BROKER_URL): embedded workers stop when the command ends")
+    budget = _check_budget(spec, settings)
+    store = open_store(spec.results, settings)
+    logs.configure(settings.log_level if not settings.embedded else "WARNING")
+    _print_settings(settings, spec.config, input_name, spec.results, spec.run_id)
+    celery_app = make_app(settings)
+    celery_app.set_current()
+    layout = RunLayout(spec.run_id)
+    put_model(store, layout.file("manifest.json"), manifest)
+    budget_spent = budget.exhausted if budget else (lambda: False)
+
+    def plan() -> Plan:
+        started = time.monotonic()
+        with console.status("planning...") as status:
+            plan = plan_run(
+                spec, store, settings, limit, budget_spent,
+                on_query=lambda p: status.update(f"planning: {p.documents} document and {p.chunks} chunk queries"),
+            )  # fmt: skip
+        console.print(
+            f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued {plan.enqueued} "
+            f"({plan.segments} segments), already done {plan.already_done}, reused {plan.reused}, "
+            f"left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
+        )
+        nonlocal manifest
+        counts = {"documents": plan.documents, "chunks": plan.chunks, "segments": plan.segments, "invalid_rows": plan.invalid_rows}
+        manifest = manifest.model_copy(update={"status": "running", "counts": counts, "timings": manifest.timings | {"plan_s": round(time.monotonic() - started, 3)}})  # fmt: skip
+        put_model(store, layout.file("manifest.json"), manifest)
+        return plan
+
+    def go() -> None:
+        nonlocal manifest
+        first = plan()
+        if not wait:
+            typer.echo(spec.run_id)
+            return
+        state, requeues = _watch(RunState(store, spec.run_id), first, settings, celery_app, timeout, plan)
+        manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues})
+        manifest, cost, metrics = finalize(state, manifest, budget_spent())
+        _print_summary(manifest, cost, metrics, spec.config)
+
+    if settings.embedded:
+        runtime.use(settings)
+        with embedded_worker(celery_app, settings.embedded_workers):
+            go()
+    else:
+        go()
+
+
+def _check_budget(spec: RunSpec, settings: Settings) -> RunBudget | None:
+    if spec.budget_usd is None:
+        return None
+    if not settings.shared_redis:
+        raise typer.BadParameter("a run budget needs Redis: set PRISM_BROKER_URL (or PRISM_REDIS_URL)")
+    prices = PriceTable.load(settings.prices_file)
+    for stage, model in spec.config.models.items():
+        task = "documents" if stage == "documents" else "chunks"
+        if spec.config.ranker_for(task) == "llm" and prices.usd(model, Usage(prompt_tokens=1000)) is None:
+            raise typer.BadParameter(f"model {model!r} has no price, so a budget cannot be kept; add it to PRISM_PRICES_FILE")
+    return RunBudget(redis.Redis.from_url(settings.shared_redis), spec.run_id, spec.budget_usd)
 
 
 @app.command()
@@ -130,11 +203,14 @@ def status(run_id: str, results: ResultsOpt = None) -> None:
     pending = max(0, planned - state.finished)
     eta = pending * elapsed / state.finished if state.finished and pending else 0.0
     table = Table(title=f"run {run_id} ({manifest.status})")
-    for column in ("done", "failed", "pending", "invalid rows", "tokens", "USD", "ETA"):
+    for column in ("done", "failed", "skipped (budget)", "pending", "invalid rows", "tokens", "USD", "ETA"):
         table.add_column(column, justify="right")
     tokens = cost["prompt_tokens"] + cost["completion_tokens"]
     eta_text = "-" if not pending else (f"{eta:.0f} s" if state.finished else "unknown")
-    table.add_row(str(len(state.results)), str(len(state.job_failures)), str(pending), str(len(state.input_failures)), str(tokens), f"{float(cost['usd']):.4f}", eta_text)  # fmt: skip
+    table.add_row(
+        str(len(state.results)), str(len(state.job_failures)), str(len(state.skipped)), str(pending),
+        str(len(state.input_failures)), str(tokens), f"{float(cost['usd']):.4f}", eta_text,
+    )  # fmt: skip
     Console().print(table)
 
 
@@ -142,8 +218,24 @@ def status(run_id: str, results: ResultsOpt = None) -> None:
 def report(run_id: str, results: ResultsOpt = None) -> None:
     """Rewrite the run's report files from what is stored now, and print the summary."""
     store, manifest = _open_run(run_id, results)
-    manifest, cost, metrics = finalize(RunState(store, run_id), manifest)
-    _print_summary(manifest, cost, metrics, Settings(), manifest.config)
+    manifest, cost, metrics = finalize(RunState(store, run_id), manifest, manifest.status == "budget_exhausted")
+    _print_summary(manifest, cost, metrics, manifest.config)
+
+
+@app.command()
+def exporter(port: Annotated[int, typer.Option(help="Port for /metrics.")] = 9808) -> None:
+    """Serve the fleet's Prometheus metrics (jobs, LLM calls, tokens, USD, 429s, limiter waits,
+    queue depth), read from Redis at each scrape."""
+    from prometheus_client import REGISTRY, start_http_server
+
+    settings = Settings()
+    if not settings.shared_redis:
+        raise typer.BadParameter("the exporter reads the fleet's counters from Redis: set PRISM_BROKER_URL or PRISM_REDIS_URL")
+    REGISTRY.register(FleetCollector(redis.Redis.from_url(settings.shared_redis)))
+    start_http_server(port)
+    console.print(f"serving fleet metrics on :{port}/metrics")
+    while True:
+        time.sleep(3600)
 
 
 @app.command(name="eval")
@@ -167,19 +259,69 @@ def _open_run(run_id: str, results: str | None):
         raise typer.BadParameter(f"no run {run_id!r} in {store.uri}") from None
 
 
-def _watch(state: RunState, planned: int, timeout: float | None) -> RunState:
+def _watch(state: RunState, plan: Plan, settings: Settings, celery_app, timeout: float | None, replan) -> tuple[RunState, int]:  # fmt: skip
+    """Wait until every enqueued job has an outcome. When nothing moves for ``stall_s``, no
+    message is queued and no worker holds a task, the missing jobs were lost (a broker restart,
+    a chord that cannot finish): enqueue them again, ``max_requeues`` times at most, then record
+    them as failed. Results are write-once, so a job that was only slow is not stored twice."""
     deadline = time.monotonic() + timeout if timeout else None
+    expected = plan.queries - plan.not_enqueued
+    last_finished, last_change, requeues = -1, time.monotonic(), 0
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console) as progress:
-        bar = progress.add_task("ranking", total=planned)
+        bar = progress.add_task("ranking", total=expected)
         while True:
-            state.poll()
+            try:
+                state.poll()
+            except Exception as err:  # the store may be down for a while: keep waiting
+                progress.console.print(f"[yellow]cannot read the results store ({type(err).__name__}); retrying[/yellow]")
+                time.sleep(2)
+                continue
+            finished = state.finished
             usd = cost_report(state)["total"]["usd"]
-            failed = len(state.job_failures)
-            progress.update(bar, completed=state.finished, description=f"ranking (failed {failed}, ${float(usd):.4f})")
-            if state.finished >= planned or (deadline and time.monotonic() > deadline):
-                return state
+            progress.update(bar, completed=finished, description=f"ranking (failed {len(state.job_failures)}, ${float(usd):.4f})")
+            if finished >= expected or (deadline and time.monotonic() > deadline):
+                return state, requeues
+            if finished != last_finished:
+                last_finished, last_change = finished, time.monotonic()
+            elif not settings.embedded and time.monotonic() - last_change > settings.stall_s and _fleet_idle(celery_app):
+                if requeues >= settings.max_requeues:
+                    _record_stalled(state, requeues)
+                    continue
+                requeues += 1
+                progress.console.print(f"[yellow]no progress for {settings.stall_s:.0f} s and the fleet is idle: enqueuing the {expected - finished} missing jobs again[/yellow]")  # fmt: skip
+                plan = replan()
+                expected = plan.queries - plan.not_enqueued
+                last_change = time.monotonic()
             time.sleep(0.5)
+
+
+def _fleet_idle(celery_app) -> bool:
+    """Nothing queued and no worker holding a task; unknown (broker down) counts as busy."""
+    try:
+        with celery_app.connection_for_read() as conn:
+            queue = conn.default_channel.queue_declare(queue=celery_app.conf.task_default_queue, passive=True)
+            if queue.message_count:
+                return False
+        inspect = celery_app.control.inspect(timeout=1.0)
+        return not any(any(replies.values()) for replies in (inspect.active() or {}, inspect.reserved() or {}, inspect.scheduled() or {}))  # fmt: skip
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _record_stalled(state: RunState, requeues: int) -> None:
+    """Give every job still without an outcome a failure that says why."""
+    layout = state.layout
+    done = {(r.task, r.query_id) for r in state.results.values()} | {(f.task, f.query_id) for f in state.failures.values()}
+    for line in state.store.get(layout.file("plan.jsonl")).splitlines():
+        p = json.loads(line)
+        if p["state"] == "pending" or (p["task"], p["query_id"]) in done:
+            continue
+        failure = Failure(
+            run_id=layout.run_id, kind="job", task=p["task"], query_id=p["query_id"], line=p["line"],
+            error=f"no outcome after {requeues} requeue(s): the job was lost or its chord never completed",
+        )  # fmt: skip
+        put_model(state.store, layout.failure(f"{p['task']}-{p['query_id']}"), failure, if_absent=True)
 
 
 def _print_settings(settings: Settings, config, input_name: str, results: str, run_id: str) -> None:
@@ -198,12 +340,12 @@ def _metrics_table(metrics: dict) -> Table:
     return table
 
 
-def _print_summary(manifest: RunManifest, cost: dict, metrics: dict, settings: Settings, config) -> None:
+def _print_summary(manifest: RunManifest, cost: dict, metrics: dict, config) -> None:
     out, c, total = Console(soft_wrap=True), manifest.counts, cost["total"]
     out.print(f"\n[bold]run {manifest.run_id}: {manifest.status}[/bold] in {manifest.timings.get('wall_s', 0):.1f} s")
-    out.print(f"queries: {c.get('done', 0)} done, {c.get('failed', 0)} failed, {c.get('pending', 0)} pending; {c.get('invalid_rows', 0)} invalid input rows")  # fmt: skip
+    out.print(f"queries: {c.get('done', 0)} done ({c.get('reused', 0)} reused), {c.get('failed', 0)} failed, {c.get('pending', 0)} pending; {c.get('invalid_rows', 0)} invalid input rows")  # fmt: skip
     unpriced = f" + {total['unpriced_calls']} unpriced call(s)" if total["unpriced_calls"] else ""
-    out.print(f"LLM: {total['calls']} calls, {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}")  # fmt: skip
+    out.print(f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}")  # fmt: skip
     if metrics:
         out.print(_metrics_table(metrics))
     out.print(f"results, manifest, cost.json and report.md: {manifest.results.rstrip('/')}/runs/{manifest.run_id}/")

@@ -1,19 +1,31 @@
-"""Read the input, check every row, and enqueue one job per valid query."""
+"""Read the input, check every row, and enqueue one job per valid query that still needs one.
+
+A query whose result this run already holds is skipped (rerun, resume); one that an earlier run
+ranked with the same job id (same input, same config) is copied over instead of ranked again
+(nightly incremental runs). Inputs stream row by row, file by file, so a corpus of any size
+plans in flat memory; the plan and the qrels are spooled to disk and stored at the end.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from urllib.parse import urlparse
 
 from prism.datasets import RowError, read_queries
-from prism.models import Failure, Query, RunConfig, job_id
+from prism.models import Failure, JobResult, Query, RunConfig, job_id
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from tasks.messages import ChunkJob, DocumentJob
 from tasks.ranking import enqueue_documents, enqueue_level
 from workers.settings import Settings
-from workers.store import RunLayout, Store, open_input, put_model
+from workers.store import RunLayout, Store, get_model, open_input, put_model, s3_client
+
+INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
 
 @dataclass
@@ -22,56 +34,145 @@ class Plan:
     chunks: int = 0
     invalid_rows: int = 0
     segments: int = 0
-    qrels: dict[str, dict[int, int]] = field(default_factory=dict)
+    already_done: int = 0  # this run held their outcome already
+    reused: int = 0  # copied from an earlier run with the same job id
+    not_enqueued: int = 0  # left pending: the run's budget was spent while planning
 
     @property
-    def jobs(self) -> int:
+    def queries(self) -> int:
         return self.documents + self.chunks
+
+    @property
+    def enqueued(self) -> int:
+        return self.queries - self.already_done - self.reused - self.not_enqueued
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What the producer needs to plan a run; the manifest keeps it for resume."""
+
+    run_id: str
+    input: str
+    results: str
+    config: RunConfig
+    budget_usd: Decimal | None = None
+    reuse: bool = True
+
+
+def input_files(uri: str, settings: Settings) -> list[str]:
+    """The input itself, or every JSONL file under a folder or an s3:// prefix ending in '/'."""
+    if uri.startswith("s3://"):
+        if not uri.endswith("/"):
+            return [uri]
+        parsed = urlparse(uri)
+        pages = s3_client(settings).get_paginator("list_objects_v2").paginate(Bucket=parsed.netloc, Prefix=parsed.path.lstrip("/"))
+        keys = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(INPUT_SUFFIXES)]
+        return [f"s3://{parsed.netloc}/{key}" for key in sorted(keys)]
+    path = Path(uri)
+    if path.is_dir():
+        return [str(p) for p in sorted(path.rglob("*")) if p.name.endswith(INPUT_SUFFIXES)]
+    return [uri]
+
+
+def _rows(files: list[str], settings: Settings) -> Iterator[tuple[int, str, Query | RowError]]:
+    for number, uri in enumerate(files):
+        with open_input(uri, settings) as stream:
+            for item in read_queries(stream):
+                yield number, uri, item
 
 
 def plan_run(
-    input_uri: str,
-    run_id: str,
-    results: str,
-    config: RunConfig,
+    spec: RunSpec,
     store: Store,
     settings: Settings,
     limit: int | None = None,
+    budget_spent: Callable[[], bool] = lambda: False,
     on_query: Callable[[Plan], None] = lambda plan: None,
 ) -> Plan:
-    """Enqueue a job for every valid query; write each bad row to the run's failures."""
-    layout, plan, counter = RunLayout(run_id), Plan(), TokenCounter()
-    first_line: dict[str, int] = {}
-    with open_input(input_uri, settings) as stream:
-        for item in read_queries(stream):
+    """Enqueue a job for every valid query without an outcome in this run."""
+    layout, plan, counter = RunLayout(spec.run_id), Plan(), TokenCounter()
+    finished = _finished(store, layout)
+    files = input_files(spec.input, settings)
+    first_line: dict[str, str] = {}
+    with tempfile.TemporaryFile() as plan_file, tempfile.TemporaryFile() as qrels_file:
+        for number, source, item in _rows(files, settings):
+            where = f"{source} line {item.line}" if len(files) > 1 else f"line {item.line}"
             if isinstance(item, Query) and item.id in first_line:
-                item = RowError(item.line, "id", f"duplicate query id {item.id!r} (first on line {first_line[item.id]})", item.id)
+                item = RowError(item.line, "id", f"duplicate query id {item.id!r} (first on {first_line[item.id]})", item.id)
             if isinstance(item, RowError):
                 plan.invalid_rows += 1
-                failure = Failure(run_id=run_id, kind="input", error=str(item), query_id=item.query_id, line=item.line, field=item.field)
-                put_model(store, layout.failure(f"input-line-{item.line}"), failure)
+                failure = Failure(
+                    run_id=spec.run_id, kind="input", error=str(item), query_id=item.query_id, line=item.line,
+                    source=source if len(files) > 1 else None, field=item.field,
+                )  # fmt: skip
+                put_model(store, layout.failure(f"input-{number}-line-{item.line}"), failure)
                 continue
-            first_line[item.id] = item.line
+            first_line[item.id] = where
             if item.qrel:
-                plan.qrels[item.id] = item.qrel
-            _enqueue(item, run_id, results, config, store, layout, counter, plan)
+                qrels_file.write(json.dumps({"query_id": item.id, "qrel": item.qrel}).encode() + b"\n")
+            state = _plan_query(item, source, spec, store, layout, counter, plan, finished, budget_spent)
+            plan_file.write(json.dumps({"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}).encode() + b"\n")  # fmt: skip
             on_query(plan)
-            if limit and plan.jobs >= limit:
+            if limit and plan.queries >= limit:
                 break
-    store.put(layout.file("qrels.json"), json.dumps(plan.qrels).encode())
+        for name, spool in (("plan.jsonl", plan_file), ("qrels.jsonl", qrels_file)):
+            spool.seek(0)
+            store.put(layout.file(name), spool.read())
     return plan
 
 
-def _enqueue(q: Query, run_id: str, results: str, config: RunConfig, store: Store, layout: RunLayout, counter: TokenCounter, plan: Plan) -> None:  # fmt: skip
-    common = dict(run_id=run_id, results=results, job_id=job_id(q, config), query_id=q.id, line=q.line, config=config)
+def _finished(store: Store, layout: RunLayout) -> set[tuple[str, str]]:
+    """(task, query id) of every query this run already has a result or a failure for."""
+    done = {(key.split("/")[-2], layout.query_id(key)) for key in store.keys(f"{layout.base}/results/")}
+    for key in store.keys(f"{layout.base}/failures/"):
+        name = layout.query_id(key)
+        for task in ("documents", "chunks"):
+            if name.startswith(f"{task}-"):
+                done.add((task, name.removeprefix(f"{task}-")))
+    return done
+
+
+def _plan_query(q: Query, source: str, spec: RunSpec, store: Store, layout: RunLayout, counter: TokenCounter, plan: Plan, finished: set, budget_spent: Callable[[], bool]) -> str:  # fmt: skip
+    if q.task == "documents":
+        plan.documents += 1
+    else:
+        plan.chunks += 1
+    if (q.task, q.id) in finished:
+        plan.already_done += 1
+        return "done"
+    jid = job_id(q, spec.config)
+    if spec.reuse and _reuse(store, layout, q, jid):
+        plan.reused += 1
+        return "reused"
+    if budget_spent():
+        plan.not_enqueued += 1
+        return "pending"
+    common = dict(
+        run_id=spec.run_id, results=spec.results, job_id=jid, query_id=q.id, line=q.line, source=source,
+        config=spec.config, budget_usd=spec.budget_usd,
+    )  # fmt: skip
     if q.task == "documents":
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
-        plan.documents += 1
-        return
-    data = chunks.prepare(q.question, q.candidates, counter, config.segment_tokens)
+        return "enqueued"
+    budget = spec.config.segment_tokens
+    data = chunks.prepare(q.question, q.candidates, counter, budget)
     key = layout.input(q.id)
     put_model(store, key, data)  # stored before the jobs that read it are enqueued
-    level = chunks.first_level(data, config.top_n, config.segment_top_k, config.segment_tokens)
+    level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)
     enqueue_level(ChunkJob(input_key=key, n_candidates=len(q.candidates), **common), 0, level)
-    plan.chunks += 1
     plan.segments += len(level.segments)
+    return "enqueued"
+
+
+def _reuse(store: Store, layout: RunLayout, q: Query, jid: str) -> bool:
+    """Copy an earlier run's result for the same job id into this run; nothing is spent."""
+    try:
+        earlier_key = store.get(RunLayout.index(jid)).decode()
+        earlier = get_model(store, earlier_key, JobResult)
+    except KeyError:
+        return False
+    if earlier.run_id == layout.run_id:
+        return False
+    copy = earlier.model_copy(update={"run_id": layout.run_id, "reused_from": earlier.reused_from or earlier.run_id, "calls": []})
+    put_model(store, layout.result(q.task, q.id), copy, if_absent=True)
+    return True

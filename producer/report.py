@@ -11,7 +11,7 @@ from decimal import Decimal
 from pydantic import BaseModel
 
 from prism.metrics import evaluate
-from prism.models import CallRecord, Failure, JobResult, RunManifest, Task
+from prism.models import CallRecord, Failure, JobResult, RunManifest, Spent, Task
 from workers.store import RunLayout, Store, get_model, put_model
 
 
@@ -21,22 +21,33 @@ class RunState:
     def __init__(self, store: Store, run_id: str):
         self.store, self.layout = store, RunLayout(run_id)
         self.results: dict[str, JobResult] = {}
-        self.failures: dict[str, Failure] = {}
+        self.failures: dict[str, Failure] = {}  # input errors, failed jobs and budget skips
+        self.spent: dict[str, Spent] = {}
 
     def poll(self) -> RunState:
-        for key in self.store.keys(f"{self.layout.base}/results/"):
-            if key not in self.results:
-                self.results[key] = get_model(self.store, key, JobResult)
-        for key in self.store.keys(f"{self.layout.base}/failures/"):
-            if key not in self.failures:
-                self.failures[key] = get_model(self.store, key, Failure)
+        for folder, seen, cls in (("results", self.results, JobResult), ("failures", self.failures, Failure), ("spent", self.spent, Spent)):
+            for key in self.store.keys(f"{self.layout.base}/{folder}/"):
+                if key not in seen:
+                    seen[key] = get_model(self.store, key, cls)
+        # A skip marker goes once the query is enqueued again (resume) and gets its outcome.
+        for key in [k for k, f in self.failures.items() if f.kind == "skipped"]:
+            if not self.store.exists(key):
+                del self.failures[key]
         return self
+
+    def _without_result(self, kind: str) -> list[Failure]:
+        done = {(r.task, r.query_id) for r in self.results.values()}
+        return [f for f in self.failures.values() if f.kind == kind and (f.task, f.query_id) not in done]
 
     @property
     def job_failures(self) -> list[Failure]:
         """Failed jobs; a job that failed once and then succeeded on redelivery counts as done."""
-        done = {(r.task, r.query_id) for r in self.results.values()}
-        return [f for f in self.failures.values() if f.kind == "job" and (f.task, f.query_id) not in done]
+        return self._without_result("job")
+
+    @property
+    def skipped(self) -> list[Failure]:
+        """Jobs the run's budget stopped: pending, not failed."""
+        return self._without_result("skipped")
 
     @property
     def input_failures(self) -> list[Failure]:
@@ -44,21 +55,23 @@ class RunState:
 
     @property
     def finished(self) -> int:
-        return len(self.results) + len(self.job_failures)
+        """Jobs with an outcome for now: done, failed, or stopped by the budget."""
+        return len(self.results) + len(self.job_failures) + len(self.skipped)
 
     def calls(self) -> Iterable[tuple[str, Task, CallRecord]]:
-        for r in self.results.values():
-            for c in r.calls:
-                yield r.query_id, r.task, c
-        for f in self.job_failures:
-            for c in f.calls:
-                yield f.query_id or "", f.task or "documents", c
+        """Every paid call of the run, once: in results, failures, skips and duplicate runs."""
+        holders = [*self.results.values(), *self.spent.values(), *self.job_failures, *self.skipped]
+        for h in holders:
+            for c in h.calls:
+                yield h.query_id or "", h.task or "documents", c
 
 
 class CostSummary(BaseModel):
     calls: int = 0
     attempts: int = 0
     failed_calls: int = 0
+    cached_calls: int = 0  # answered from the response cache, at $0
+    throttled: int = 0  # attempts refused with 429
     unpriced_calls: int = 0  # their cost is unknown, not zero
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -69,7 +82,9 @@ class CostSummary(BaseModel):
     def add(self, call: CallRecord) -> None:
         self.calls += 1
         self.attempts += call.attempts
+        self.throttled += call.throttled
         self.failed_calls += call.error is not None
+        self.cached_calls += call.cached
         self.unpriced_calls += call.usd is None and call.error is None
         self.prompt_tokens += call.usage.prompt_tokens
         self.cached_tokens += call.usage.cached_tokens
@@ -110,8 +125,11 @@ def cost_report(state: RunState) -> dict:
 def run_metrics(state: RunState, k: int = 5) -> dict[str, dict[str, float]]:
     """NDCG@k, MRR@k, MAP@k per task and over all queries, where the run has qrels."""
     try:
-        qrels = {q: {int(i): g for i, g in rel.items()} for q, rel in json.loads(state.store.get(state.layout.file("qrels.json"))).items()}
+        lines = state.store.get(state.layout.file("qrels.jsonl")).splitlines()
     except KeyError:
+        return {}
+    qrels = {row["query_id"]: {int(i): g for i, g in row["qrel"].items()} for row in map(json.loads, lines)}
+    if not qrels:
         return {}
     rankings = {(r.task, r.query_id): r.ranking.indices for r in state.results.values()}
     tasks = {q: t for t, q in rankings}
@@ -126,24 +144,37 @@ def run_metrics(state: RunState, k: int = 5) -> dict[str, dict[str, float]]:
     return out
 
 
-def finalize(state: RunState, manifest: RunManifest, planned_jobs: int | None = None) -> tuple[RunManifest, dict, dict]:
-    """Write cost.json, failures.jsonl, metrics.json, report.md and the updated manifest."""
+def finalize(state: RunState, manifest: RunManifest, budget_spent: bool = False) -> tuple[RunManifest, dict, dict]:
+    """Write cost.json, failures.jsonl, pending.jsonl, metrics.json, report.md and the manifest."""
     state.poll()
     store, layout = state.store, state.layout
     cost, metrics = cost_report(state), run_metrics(state)
-    planned = planned_jobs if planned_jobs is not None else manifest.counts.get("documents", 0) + manifest.counts.get("chunks", 0)
     failed = state.job_failures
+    done = {r.query_id for r in state.results.values()} | {f.query_id for f in failed}
+    try:
+        planned = [json.loads(line) for line in store.get(layout.file("plan.jsonl")).splitlines()]
+    except KeyError:
+        planned = []
+    pending = [p for p in planned if p["query_id"] not in done]
     counts = manifest.counts | {
         "done": len(state.results), "failed": len(failed), "invalid_rows": len(state.input_failures),
-        "pending": max(0, planned - len(state.results) - len(failed)),
+        "pending": len(pending), "skipped": len(state.skipped),
+        "reused": sum(1 for r in state.results.values() if r.reused_from),
     }  # fmt: skip
+    if not pending:
+        status = "complete"
+    elif budget_spent or state.skipped:
+        status = "budget_exhausted"
+    else:
+        status = "incomplete"
     now = datetime.now(UTC)
     manifest = manifest.model_copy(update={
-        "status": "complete" if counts["pending"] == 0 else "incomplete", "finished_at": now, "counts": counts,
+        "status": status, "finished_at": now, "counts": counts,
         "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
     })  # fmt: skip
     lines = [f.model_dump_json() for f in [*state.input_failures, *failed]]
     store.put(layout.file("failures.jsonl"), ("\n".join(lines) + "\n" if lines else "").encode())
+    store.put(layout.file("pending.jsonl"), "".join(json.dumps(p) + "\n" for p in pending).encode())
     store.put(layout.file("cost.json"), json.dumps(cost, indent=1).encode())
     store.put(layout.file("metrics.json"), json.dumps(metrics, indent=1).encode())
     store.put(layout.file("report.md"), markdown(manifest, cost, metrics, state).encode())
@@ -157,17 +188,18 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         f"# Run {manifest.run_id}", "",
         f"- status: **{manifest.status}**; input `{manifest.input}`; results `{manifest.results}`",
         f"- queries: {c.get('documents', 0)} document, {c.get('chunks', 0)} chunk; done {c.get('done', 0)}, "
-        f"failed {c.get('failed', 0)}, pending {c.get('pending', 0)}; invalid input rows {c.get('invalid_rows', 0)}",
+        f"failed {c.get('failed', 0)}, pending {c.get('pending', 0)}; reused from earlier runs {c.get('reused', 0)}; "
+        f"invalid input rows {c.get('invalid_rows', 0)}",
         f"- rankers: documents `{manifest.config.doc_ranker}` ({manifest.config.doc_prompt}), chunks "
         f"`{manifest.config.chunk_ranker}` ({manifest.config.chunk_prompt}); wall time {manifest.timings.get('wall_s', 0):.1f} s",
         "", "## Cost", "",
-        "| group | calls | attempts | prompt tokens | cached | completion tokens | USD | unpriced calls |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| group | calls | cache hits | attempts | 429s | prompt tokens | cached tokens | completion tokens | USD | unpriced calls |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]  # fmt: skip
     rows = [("total", cost["total"])] + [(f"{kind} {k}", v) for kind in ("by_task", "by_stage", "by_model") for k, v in cost[kind].items()]
     for name, s in rows:
         out.append(
-            f"| {name} | {s['calls']} | {s['attempts']} | {s['prompt_tokens']} | {s['cached_tokens']} | "
+            f"| {name} | {s['calls']} | {s['cached_calls']} | {s['attempts']} | {s['throttled']} | {s['prompt_tokens']} | {s['cached_tokens']} | "
             f"{s['completion_tokens']} | {Decimal(s['usd']):.4f} | {s['unpriced_calls']} |"
         )
     if metrics:

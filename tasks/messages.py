@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from pydantic import BaseModel
 
-from prism.models import RunConfig, SegmentOutcome, Task
+from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
 
 
 class Job(BaseModel):
@@ -13,14 +15,17 @@ class Job(BaseModel):
     job_id: str
     query_id: str
     line: int
+    source: str = ""  # the input file, when the input is a folder or prefix of files
     task: Task
     config: RunConfig
+    budget_usd: Decimal | None = None
 
 
 class DocumentJob(Job):
     task: Task = "documents"
     question: str
     candidates: list[str]
+    carried: list[CallRecord] = []  # calls of earlier tries of this job (put back for a rate limit, say)
 
 
 class ChunkJob(Job):
@@ -35,9 +40,11 @@ class SegmentJob(BaseModel):
     number: int
     indices: list[int]
     k: int
+    carried: list[CallRecord] = []
 
 
 class AggregateJob(BaseModel):
     job: ChunkJob
     level: int
-    carried: list[SegmentOutcome] = []  # outcomes of earlier levels, for their calls and flags
+    earlier: list[SegmentOutcome] = []  # outcomes of earlier levels, for their calls and flags
+    carried: list[CallRecord] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
@@ -14,6 +15,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from prism.llm import Endpoint, RetryPolicy
 from prism.models import PromptVariant, RunConfig, Stage
+from workers.limiter import ModelLimits
 
 STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank")
 
@@ -51,6 +53,19 @@ class Settings(BaseSettings):
     llm_max_output_tokens: int | None = None
     prices_file: Path | None = None  # local price overrides on top of the bundled table
 
+    # shared state: the fleet limiter, the hot cache, run budgets, metrics
+    redis_url: str | None = None  # default: the broker, when it is Redis
+    llm_limits: dict[str, ModelLimits] = {}  # per model ("*" for any): {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}
+    limiter_max_block_s: float = 5.0  # longer waits give the worker slot back (the task comes back later)
+    limiter_headroom: float = 1.0  # use this share of each limit
+    cache: bool = True  # answer identical LLM requests from the response cache
+    cache_uri: str | None = None  # durable cache: a folder or s3://...; default: the results store
+    cache_ttl_s: int = 90 * 24 * 3600
+    cache_hot_ttl_s: int = 24 * 3600
+    budget_usd: Decimal | None = None  # per run; the run stops at this spend
+    stall_s: float = 120.0  # no progress, no queued or running task for this long: re-enqueue what is missing
+    max_requeues: int = 3
+
     # the method
     doc_ranker: Literal["auto", "llm", "lexical"] = "auto"  # auto: llm when an endpoint is set
     chunk_ranker: Literal["auto", "llm", "lexical"] = "auto"
@@ -76,6 +91,12 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.broker_url is None
+
+    @property
+    def shared_redis(self) -> str | None:
+        if self.redis_url:
+            return self.redis_url
+        return self.broker_url if self.broker_url and self.broker_url.startswith(("redis://", "rediss://")) else None
 
     @property
     def llm_configured(self) -> bool:

@@ -4,6 +4,9 @@
     runs/<run_id>/results/<task>/<query_id>.json     one per query, same key on every rerun
     runs/<run_id>/failures/<name>.json               one per failed query or bad input row
     runs/<run_id>/inputs/<query_id>.json             chunk queries, stored once (claim check)
+    runs/<run_id>/spent/<id>.json                    calls of a job delivered twice
+    index/jobs/<job_id>                              the key of a stored result, for later runs
+    cache/llm/<key>.json                             the durable LLM response cache
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ M = TypeVar("M", bound=BaseModel)
 class Store(Protocol):
     uri: str
 
-    def put(self, key: str, data: bytes) -> None: ...
+    def put(self, key: str, data: bytes, if_absent: bool = False) -> bool:
+        """Write; with ``if_absent``, only when nothing is there yet. True when written."""
+        ...
+
+    def delete(self, key: str) -> None: ...
 
     def get(self, key: str) -> bytes: ...  # KeyError when absent
 
@@ -35,8 +42,8 @@ class Store(Protocol):
     def keys(self, prefix: str) -> Iterator[str]: ...
 
 
-def put_model(store: Store, key: str, model: BaseModel) -> None:
-    store.put(key, model.model_dump_json(indent=1).encode())
+def put_model(store: Store, key: str, model: BaseModel, if_absent: bool = False) -> bool:
+    return store.put(key, model.model_dump_json(indent=1).encode(), if_absent)
 
 
 def get_model(store: Store, key: str, cls: type[M]) -> M:
@@ -63,6 +70,17 @@ class RunLayout:
     def input(self, query_id: str) -> str:
         return f"{self.base}/inputs/{quote(query_id, safe='')}.json"
 
+    def skipped(self, task: str, query_id: str) -> str:
+        return self.failure(f"skipped-{task}-{query_id}")
+
+    def spent(self, name: str) -> str:
+        return f"{self.base}/spent/{name}.json"
+
+    @staticmethod
+    def index(job_id: str) -> str:
+        """Where any run's result for this job id is recorded (for reuse by later runs)."""
+        return f"index/jobs/{job_id}"
+
     @staticmethod
     def query_id(key: str) -> str:
         return unquote(key.rsplit("/", 1)[-1].removesuffix(".json"))
@@ -73,13 +91,26 @@ class LocalStore:
         self.root = Path(root).resolve()
         self.uri = str(self.root)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, if_absent: bool = False) -> bool:
         path = self.root / key
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Write then rename, so a reader never sees half a file.
+        # Write aside then move into place, so a reader never sees half a file; a hard link
+        # fails if the name exists, which makes write-once atomic.
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as tmp:
             tmp.write(data)
-        os.replace(tmp.name, path)
+        if not if_absent:
+            os.replace(tmp.name, path)
+            return True
+        try:
+            os.link(tmp.name, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp.name)
+
+    def delete(self, key: str) -> None:
+        (self.root / key).unlink(missing_ok=True)
 
     def get(self, key: str) -> bytes:
         try:
@@ -106,8 +137,18 @@ class S3Store:
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    def put(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+    def put(self, key: str, data: bytes, if_absent: bool = False) -> bool:
+        extra = {"IfNoneMatch": "*"} if if_absent else {}
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **extra)
+            return True
+        except self.client.exceptions.ClientError as err:
+            if if_absent and err.response["Error"]["Code"] in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                return False
+            raise
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
 
     def get(self, key: str) -> bytes:
         try:

@@ -16,7 +16,7 @@ from itertools import zip_longest
 
 from pydantic import BaseModel
 
-from prism.llm import recording
+from prism.llm import ContextTooLong, Deferred, recording
 from prism.models import Flag, Ranking, SegmentOutcome
 from prism.rankers import Ranker
 from prism.segmenting import MARKER_TOKENS, TokenCounter, plan_segments
@@ -60,18 +60,38 @@ def first_level(data: ChunkInput, top_n: int, k: int, budget: int) -> Level:
 
 
 def rank_segment(ranker: Ranker, data: ChunkInput, segment: Sequence[int], k: int, level: int, number: int) -> SegmentOutcome:
-    """Rank one segment; failures are kept in the outcome so the other segments still count."""
+    """Rank one segment; failures are kept in the outcome so the other segments still count.
+    Deferred (rate limit, budget) is not a failure and goes up to the task."""
     started = datetime.now(UTC)
     with recording() as calls:
         try:
-            ranking = ranker.rank(data.question, [data.chunks[i] for i in segment], k)
+            indices, ranking = _rank_fitting(ranker, data, list(segment), k)
+        except Deferred:
+            raise
         except Exception as err:  # noqa: BLE001 - reported in the outcome, the query is marked degraded
             error = f"{type(err).__name__}: {err}"
             return SegmentOutcome(level=level, segment=number, started_at=started, calls=calls, error=error)
     return SegmentOutcome(
-        level=level, segment=number, started_at=started, indices=[segment[j] for j in ranking.indices],
-        flags=ranking.flags, notes=[f"segment {level}.{number}: {n}" for n in ranking.notes], calls=calls,
+        level=level, segment=number, started_at=started, indices=indices, flags=ranking.flags,
+        notes=[f"segment {level}.{number}: {n}" for n in ranking.notes], calls=calls,
     )  # fmt: skip
+
+
+def _rank_fitting(ranker: Ranker, data: ChunkInput, segment: list[int], k: int) -> tuple[list[int], Ranking]:
+    """Rank the segment; when the model says the prompt is over its context, rank each half
+    instead and keep both halves' winners (the pool re-rank orders them)."""
+    try:
+        ranking = ranker.rank(data.question, [data.chunks[i] for i in segment], k)
+        return [segment[j] for j in ranking.indices], ranking
+    except ContextTooLong:
+        if len(segment) < 2:
+            raise
+        half = len(segment) // 2
+        left, left_ranking = _rank_fitting(ranker, data, segment[:half], k)
+        right, right_ranking = _rank_fitting(ranker, data, segment[half:], k)
+        note = f"over the model context: split {len(segment)} chunks in two"
+        flags = list(dict.fromkeys([*left_ranking.flags, *right_ranking.flags]))
+        return left + right, Ranking(indices=[], flags=flags, notes=[note, *left_ranking.notes, *right_ranking.notes])
 
 
 class AllSegmentsFailed(RuntimeError):

@@ -29,7 +29,7 @@ from prism.models import Query
 from prism.rankers import document_lexical_ranker
 from prism.segmenting import TokenCounter
 
-FAULTS = ("429", "insufficient_quota", "401", "400", "500", "503", "timeout", "malformed", "no_usage")
+FAULTS = ("429", "insufficient_quota", "401", "400", "context_length", "500", "503", "timeout", "malformed", "no_usage")
 
 
 @dataclass
@@ -39,8 +39,13 @@ class SimulatorConfig:
     noise: float = 0.0
     seed: int = 0
     fault_rates: dict[str, float] = field(default_factory=dict)  # fault kind -> chance per request
-    retry_after_s: float = 0.2  # what a 429 asks the client to wait
+    retry_after_s: float = 0.2  # what a scripted 429 asks the client to wait
     hang_s: float = 30.0  # how long a "timeout" fault keeps the client waiting
+    # Enforced limits, as a provider does: requests and tokens (prompt + completion) per window.
+    rpm: int | None = None
+    tpm: int | None = None
+    window_s: float = 60.0
+    context_tokens: int | None = None  # longer prompts get a context_length_exceeded error
 
 
 class Simulator:
@@ -52,6 +57,7 @@ class Simulator:
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
         self._tokens = TokenCounter()
+        self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of requests served
         self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -111,7 +117,8 @@ class Simulator:
             number = self.stats["requests"]
         fault = self._next_fault(random.Random(f"{self.config.seed}:{number}"))
         delay = self.config.latency_s
-        self._note(body, fault or "ok")
+        if fault:
+            self._note(body, fault)
         if fault in ("429", "insufficient_quota"):
             code = "rate_limit_exceeded" if fault == "429" else "insufficient_quota"
             retry = self.config.retry_after_s
@@ -121,11 +128,20 @@ class Simulator:
             return int(fault), _error(f"simulated HTTP {fault}", None), {}, delay
         if fault == "timeout":
             delay = self.config.hang_s
+        prompt_tokens = self._tokens.count(text) + 4 * len(messages)
+        if fault == "context_length" or (self.config.context_tokens and prompt_tokens > self.config.context_tokens):
+            if not fault:
+                self._note(body, "context_length")
+            message = f"This model's maximum context length is {self.config.context_tokens} tokens; the prompt has {prompt_tokens}."
+            return 400, _error(message, "context_length_exceeded"), {}, delay
         # The same prompt gets the same answer, noise included, whatever the order of requests.
         rng = random.Random(f"{self.config.seed}:{hashlib.sha1(text.encode()).hexdigest()}")
         reply = "I would start with the third chunk." if fault == "malformed" else self._rank(messages, text, rng)
-        prompt_tokens = self._tokens.count(text) + 4 * len(messages)
         completion_tokens = self._tokens.count(reply)
+        allowed, headers = self._admit(prompt_tokens + completion_tokens)
+        if not allowed:
+            self._note(body, "429_limit")
+            return 429, _error("simulated rate limit reached", "rate_limit_exceeded"), headers, 0.0
         with self._lock:
             self.stats["prompt_tokens"] += prompt_tokens
             self.stats["completion_tokens"] += completion_tokens
@@ -134,12 +150,54 @@ class Simulator:
             "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": 0},
         }  # fmt: skip
         response = {
-            "id": f"chatcmpl-sim-{self.stats['requests']}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-sim-{number}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "simulator"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
             "usage": None if fault == "no_usage" else usage,
         }  # fmt: skip
-        return 200, response, {}, delay
+        if not fault:
+            self._note(body, "ok")
+        return 200, response, headers, delay
+
+    def _admit(self, tokens: int) -> tuple[bool, dict[str, str]]:
+        """Count the request against the limits (an exact sliding window); the x-ratelimit-*
+        headers either way, and Retry-After when it is refused."""
+        cfg = self.config
+        if not (cfg.rpm or cfg.tpm):
+            return True, {}
+        with self._lock:
+            now = time.monotonic()
+            while self._window and self._window[0][0] <= now - cfg.window_s:
+                self._window.popleft()
+            used_requests, used_tokens = len(self._window), sum(t for _, t in self._window)
+            over_requests = cfg.rpm is not None and used_requests + 1 > cfg.rpm
+            over_tokens = cfg.tpm is not None and used_tokens + tokens > cfg.tpm
+            if not (over_requests or over_tokens):
+                self._window.append((now, tokens))
+                used_requests, used_tokens = used_requests + 1, used_tokens + tokens
+            headers = {}
+            oldest = self._window[0][0] + cfg.window_s - now if self._window else 0.0
+            for kind, limit, used in (("requests", cfg.rpm, used_requests), ("tokens", cfg.tpm, used_tokens)):
+                if limit is not None:
+                    headers |= {
+                        f"x-ratelimit-limit-{kind}": str(limit),
+                        f"x-ratelimit-remaining-{kind}": str(max(0, limit - used)),
+                        f"x-ratelimit-reset-{kind}": f"{max(0.0, oldest):.3f}s",
+                    }
+            if over_requests or over_tokens:
+                # The wait until enough of the window has slid by for this request.
+                need = tokens - (cfg.tpm - used_tokens) if over_tokens else 0
+                wait, freed = 0.0, 0
+                for at, t in self._window:
+                    freed += t
+                    wait = at + cfg.window_s - now
+                    if freed >= need:
+                        break
+                if over_requests:
+                    wait = max(wait, self._window[used_requests - cfg.rpm][0] + cfg.window_s - now)
+                headers |= {"retry-after-ms": str(int(max(wait, 0.01) * 1000)), "retry-after": str(max(1, round(wait)))}
+                return False, headers
+            return True, headers
 
     def _rank(self, messages: list[dict], text: str, rng: random.Random) -> str:
         prompt = next((m["content"] for m in messages if any(mk.format(0) in (m.get("content") or "") for mk in MARKERS.values())), None)

@@ -70,7 +70,8 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(tmp_path, redis_url, s3
     evaluated = prism_cli(["eval", "e2e", "--results", results], env, tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr
     metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
-    qrels = s3_json(client, bucket, f"{base}/qrels.json")
+    qrel_lines = client.get_object(Bucket=bucket, Key=f"{base}/qrels.jsonl")["Body"].read().splitlines()
+    qrels = {row["query_id"]: row["qrel"] for row in map(json.loads, qrel_lines)}
     for task, keys in (("documents", documents), ("chunks", chunks)):
         run_ = Run({r["query_id"]: {str(i): 10.0 - p for p, i in enumerate(r["ranking"]["indices"])} for r in records if r["task"] == task})
         qr = Qrels({q: {i: g for i, g in qrels[q].items() if g > 0} for q in run_.keys()})
@@ -87,7 +88,7 @@ def test_embedded_default_runs_the_bundled_sample_with_nothing_configured(tmp_pa
     env = fleet_env(None, None, None)
     run = prism_cli(["run", "--run-id", "sample"], env, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "No LLM was used" in run.stdout and "12 done, 0 failed" in run.stdout
+    assert "No LLM was used" in run.stdout and "12 done (0 reused), 0 failed" in run.stdout
     base = tmp_path / "results" / "runs" / "sample"
     manifest = json.loads((base / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["embedded"] and manifest["config"]["doc_ranker"] == "lexical"

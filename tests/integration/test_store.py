@@ -54,3 +54,13 @@ def test_inputs_read_from_s3_plain_and_gzipped(s3_server, bucket, monkeypatch):
         with open_input(f"s3://{bucket}/{key}", settings) as stream:
             (query,) = list(read_queries(stream))
         assert query.id == "a" and query.candidates == ["x", "y"]
+
+
+def test_write_once_keeps_the_first_write(store):
+    key = RunLayout("r2").result("documents", "q")
+    assert store.put(key, b"first", if_absent=True)
+    assert not store.put(key, b"second", if_absent=True)
+    assert store.get(key) == b"first"
+    store.delete(key)
+    assert not store.exists(key)
+    assert store.put(key, b"third", if_absent=True) and store.get(key) == b"third"

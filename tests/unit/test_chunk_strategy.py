@@ -84,3 +84,40 @@ def test_a_chunk_over_budget_is_truncated_and_flagged():
     ranker = GradeRanker()
     ranking, _ = rank_chunks(ranker, ranker, data, top_n=2, k=5, budget=1000)
     assert "truncated" in ranking.flags and ranking.indices == [2, 0]
+
+
+class SmallContextRanker(GradeRanker):
+    """Refuses prompts of more than ``limit`` chunks, as a model with a small context does."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit
+
+    def rank(self, question, candidates, top_k):
+        from prism.llm import ContextTooLong
+        from prism.models import CallRecord
+
+        if len(candidates) > self.limit:
+            raise ContextTooLong("too long", CallRecord(stage="segments", model="m", latency_s=0, attempts=1, usd=None))
+        return super().rank(question, candidates, top_k)
+
+
+def test_a_context_overflow_splits_the_segment_instead_of_failing():
+    grades = [0] * 40
+    grades[7], grades[33] = 2, 1
+    ranker = SmallContextRanker(limit=12)
+    ranking, outcomes = rank_chunks(ranker, GradeRanker(), chunk_input(grades), top_n=2, k=3, budget=2000)
+    assert ranking.indices == [7, 33] and "degraded" not in ranking.flags
+    assert all(len(seen) <= 12 for seen in ranker.seen)
+    assert any("over the model context" in n for n in ranking.notes)
+
+
+def test_rate_limits_and_budgets_are_not_segment_failures():
+    from prism.llm import BudgetExhausted
+
+    class Broke(GradeRanker):
+        def rank(self, question, candidates, top_k):
+            raise BudgetExhausted("cap reached")
+
+    with pytest.raises(BudgetExhausted):
+        rank_chunks(Broke(), Broke(), chunk_input([0] * 40), top_n=2, k=3, budget=2000)

@@ -1,0 +1,52 @@
+"""The LLM response cache: Redis for the hot set, the results store (S3) for the durable one.
+Identical requests (endpoint, model, messages, parameters) are answered from it, so a rerun over
+unchanged inputs makes no LLM calls."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import redis
+
+from workers.store import Store
+
+
+class TieredCache:
+    def __init__(self, hot: redis.Redis | None, durable: Store | None, hot_ttl_s: int, ttl_s: int):
+        self.hot, self.durable, self.hot_ttl_s, self.ttl_s = hot, durable, hot_ttl_s, ttl_s
+
+    @staticmethod
+    def _key(key: str) -> str:
+        return f"cache/llm/{key[:2]}/{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        if self.hot is not None:
+            try:
+                if (raw := self.hot.get(f"prism:cache:{key}")) is not None:
+                    return json.loads(raw)
+            except redis.RedisError:
+                pass  # a cache outage costs money, not correctness
+        if self.durable is not None:
+            try:
+                value = json.loads(self.durable.get(self._key(key)))
+            except KeyError:
+                return None
+            if value.get("expires_at", float("inf")) < time.time():
+                return None
+            self._put_hot(key, value)
+            return value
+        return None
+
+    def put(self, key: str, value: dict) -> None:
+        value = value | {"expires_at": time.time() + self.ttl_s}
+        self._put_hot(key, value)
+        if self.durable is not None:
+            self.durable.put(self._key(key), json.dumps(value).encode())
+
+    def _put_hot(self, key: str, value: dict) -> None:
+        if self.hot is not None:
+            try:
+                self.hot.set(f"prism:cache:{key}", json.dumps(value), ex=self.hot_ttl_s)
+            except redis.RedisError:
+                pass
