@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import redis
+from amqp.exceptions import ChannelError
 
 from prism.models import Failure, PromptVariant, RankerName, RunManifest, Usage
 from prism.pricing import PriceTable
@@ -300,9 +301,12 @@ def _fleet_idle(celery_app) -> bool:
     """Nothing queued and no worker holding a task; unknown (broker down) counts as busy."""
     try:
         with celery_app.connection_for_read() as conn:
-            queue = conn.default_channel.queue_declare(queue=celery_app.conf.task_default_queue, passive=True)
-            if queue.message_count:
-                return False
+            try:
+                queue = conn.default_channel.queue_declare(queue=celery_app.conf.task_default_queue, passive=True)
+                if queue.message_count:
+                    return False
+            except ChannelError:  # no such queue: a restarted broker that lost it, so nothing waits
+                pass
         inspect = celery_app.control.inspect(timeout=1.0)
         return not any(any(replies.values()) for replies in (inspect.active() or {}, inspect.reserved() or {}, inspect.scheduled() or {}))  # fmt: skip
     except Exception:  # noqa: BLE001

@@ -81,3 +81,38 @@ def start_worker(tmp_path):
         worker.stop()
 
 
+
+
+def read_run(endpoint: str, bucket: str, run_id: str, prefix: str = "prism") -> dict:
+    """Everything a run stored in S3: manifest, cost, results, failures, spent records."""
+    import json
+
+    client = s3_client(endpoint)
+    base = f"{prefix}/runs/{run_id}"
+
+    def keys(sub: str) -> list[str]:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{base}/{sub}/")
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    def get(key: str):
+        return json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    return {
+        "manifest": get(f"{base}/manifest.json"),
+        "cost": get(f"{base}/cost.json"),
+        "results": [get(k) for k in keys("results")],
+        "failures": [get(k) for k in keys("failures")],
+        "spent": [get(k) for k in keys("spent")],
+    }
+
+
+def upload_input(endpoint: str, bucket: str, key: str, documents: int = 0, pages: int = 0, extra: str = "") -> str:
+    """Put the first ``documents`` document rows and ``pages`` page rows (gzipped) in S3."""
+    import gzip
+
+    lines = DOC_DEV.read_text().splitlines(keepends=True)[:documents]
+    if pages:
+        with gzip.open(PAGES, "rt") as f:
+            lines += [next(f) for _ in range(pages)]
+    s3_client(endpoint).put_object(Bucket=bucket, Key=key, Body=gzip.compress(("".join(lines) + extra).encode()))
+    return f"s3://{bucket}/{key}"

@@ -8,8 +8,11 @@ import json
 import time
 
 import redis
+import structlog
 
 from workers.store import Store
+
+log = structlog.get_logger("prism")
 
 
 class TieredCache:
@@ -32,6 +35,9 @@ class TieredCache:
                 value = json.loads(self.durable.get(self._key(key)))
             except KeyError:
                 return None
+            except Exception as err:  # noqa: BLE001 - the store is down: a miss, not a failure
+                log.warning("cache read failed", error=str(err))
+                return None
             if value.get("expires_at", float("inf")) < time.time():
                 return None
             self._put_hot(key, value)
@@ -42,7 +48,10 @@ class TieredCache:
         value = value | {"expires_at": time.time() + self.ttl_s}
         self._put_hot(key, value)
         if self.durable is not None:
-            self.durable.put(self._key(key), json.dumps(value).encode())
+            try:
+                self.durable.put(self._key(key), json.dumps(value).encode())
+            except Exception as err:  # noqa: BLE001 - the answer is paid for and must still be used
+                log.warning("cache write failed", error=str(err))
 
     def _put_hot(self, key: str, value: dict) -> None:
         if self.hot is not None:

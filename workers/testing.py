@@ -52,14 +52,18 @@ class SeaweedS3:
         port = free_port_pair()
         self.endpoint = f"http://127.0.0.1:{port}"
         self.log = workdir / "weed.log"
-        cmd = [
+        self.cmd = [
             weed, f"-logdir={workdir / 'logs'}", "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-s3.port={port}", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
             f"-master.port={free_port_pair()}", f"-volume.port={free_port_pair()}", f"-filer.port={free_port_pair()}",
             f"-admin.port={free_port_pair()}", "-master.telemetry=false",
         ]  # fmt: skip
+        self.start()
+
+    def start(self) -> None:
+        """Start (again, on the same ports and data) and wait until S3 answers."""
         self.proc = subprocess.Popen(
-            cmd, env=os.environ | S3_KEYS, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+            self.cmd, env=os.environ | S3_KEYS, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
         )
         deadline = time.monotonic() + 60
         while True:
@@ -82,6 +86,36 @@ class SeaweedS3:
 
     def stop(self) -> None:
         _stop(self.proc, timeout=15)
+
+
+class RedisServer:
+    """A redis-server of our own on a free port, keeping nothing on disk (as on these machines),
+    for tests that stop and restart the broker."""
+
+    def __init__(self, workdir: Path):
+        self.port = free_port_pair()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.start()
+
+    def start(self) -> None:
+        cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=open(self.workdir / "redis.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        import redis
+
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                redis.Redis(port=self.port).ping()
+                return
+            except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        _stop(self.proc, signal.SIGKILL, timeout=10)
 
 
 def s3_client(endpoint: str):

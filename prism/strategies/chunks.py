@@ -78,8 +78,9 @@ def rank_segment(ranker: Ranker, data: ChunkInput, segment: Sequence[int], k: in
 
 
 def _rank_fitting(ranker: Ranker, data: ChunkInput, segment: list[int], k: int) -> tuple[list[int], Ranking]:
-    """Rank the segment; when the model says the prompt is over its context, rank each half
-    instead and keep both halves' winners (the pool re-rank orders them)."""
+    """Rank the segment; when the model says the prompt is over its context, rank each half,
+    then rank the halves' winners together (they are fewer), so the answer is still one
+    ranking of at most k."""
     try:
         ranking = ranker.rank(data.question, [data.chunks[i] for i in segment], k)
         return [segment[j] for j in ranking.indices], ranking
@@ -89,9 +90,18 @@ def _rank_fitting(ranker: Ranker, data: ChunkInput, segment: list[int], k: int) 
         half = len(segment) // 2
         left, left_ranking = _rank_fitting(ranker, data, segment[:half], k)
         right, right_ranking = _rank_fitting(ranker, data, segment[half:], k)
-        note = f"over the model context: split {len(segment)} chunks in two"
-        flags = list(dict.fromkeys([*left_ranking.flags, *right_ranking.flags]))
-        return left + right, Ranking(indices=[], flags=flags, notes=[note, *left_ranking.notes, *right_ranking.notes])
+        halves = [left_ranking, right_ranking]
+        notes = [f"over the model context: split {len(segment)} chunks in two"]
+        if len(left) + len(right) <= k:
+            merged = left + right
+        elif len(left) + len(right) < len(segment):
+            merged, together = _rank_fitting(ranker, data, left + right, k)
+            halves.append(together)
+        else:  # the winners are no fewer than the chunks: alternate the halves' orders
+            merged = [i for pair in zip_longest(left, right) for i in pair if i is not None][:k]
+            notes.append("the halves' winners could not be ranked together; alternated their orders")
+        flags = list(dict.fromkeys(f for r in halves for f in r.flags))
+        return merged, Ranking(indices=[], flags=flags, notes=notes + [n for r in halves for n in r.notes])
 
 
 class AllSegmentsFailed(RuntimeError):

@@ -1,0 +1,128 @@
+"""Runs under real faults: a worker killed with SIGKILL, the broker restarted, the S3 server
+stopped and started, a 429 storm, 5xx bursts, malformed replies. Every valid query must end
+with exactly one stored result, and the run must say what happened."""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fleet_env, read_run, s3_client, upload_input
+from workers.testing import RedisServer, SeaweedS3
+
+pytestmark = pytest.mark.integration
+DOCS, PAGES_N = 40, 3
+
+
+def start_run(source: str, results: str, run_id: str, env: dict, cwd: Path) -> subprocess.Popen:
+    cmd = [str(Path(sys.executable).parent / "prism"), "run", source, "--results", results, "--run-id", run_id]
+    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_results(endpoint: str, bucket: str, run_id: str, at_least: int, timeout: float = 120) -> None:
+    client, deadline = s3_client(endpoint), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page = client.list_objects_v2(Bucket=bucket, Prefix=f"prism/runs/{run_id}/results/")
+        if page.get("KeyCount", 0) >= at_least:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {at_least} results after {timeout} s")
+
+
+def assert_every_query_once(endpoint: str, bucket: str, run_id: str, expected: int) -> dict:
+    run = read_run(endpoint, bucket, run_id)
+    ids = [r["query_id"] for r in run["results"]]
+    assert len(ids) == len(set(ids)) == expected, (len(ids), len(set(ids)), run["failures"])
+    assert [f for f in run["failures"] if f["kind"] == "job"] == []
+    assert run["manifest"]["status"] == "complete" and run["manifest"]["counts"]["done"] == expected
+    return run
+
+
+def finish(producer: subprocess.Popen, timeout: float = 300) -> str:
+    out, err = producer.communicate(timeout=timeout)
+    assert producer.returncode == 0, err[-4000:]
+    return err
+
+
+def test_a_worker_killed_mid_job_loses_no_job(tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker):
+    fresh_simulator.config.latency_s = 0.3
+    source = upload_input(s3_server, bucket, "in/kill.jsonl.gz", documents=DOCS, pages=PAGES_N)
+    env = fleet_env(redis_url, s3_server, fresh_simulator.url, PRISM_STALL_S="4", PRISM_VISIBILITY_TIMEOUT_S="20")
+    victim = start_worker(env)
+    producer = start_run(source, f"s3://{bucket}/prism", "kill9", env, tmp_path)
+    wait_for_results(s3_server, bucket, "kill9", 5)
+    victim.stop(signal.SIGKILL)  # the whole worker, parent and children, mid-job
+    start_worker(env)
+    finish(producer)
+    assert_every_query_once(s3_server, bucket, "kill9", DOCS + PAGES_N)
+
+
+def test_the_broker_restarted_mid_run_loses_no_job(tmp_path, s3_server, bucket, fresh_simulator, start_worker):
+    fresh_simulator.config.latency_s = 0.2
+    broker = RedisServer(tmp_path / "redis")
+    try:
+        source = upload_input(s3_server, bucket, "in/redis.jsonl.gz", documents=DOCS, pages=PAGES_N)
+        env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="4")
+        start_worker(env)
+        producer = start_run(source, f"s3://{bucket}/prism", "redis-restart", env, tmp_path)
+        wait_for_results(s3_server, bucket, "redis-restart", 5)
+        broker.stop()  # it keeps nothing on disk: queue, chords and limits are gone
+        time.sleep(2)
+        broker.start()
+        err = finish(producer)
+        assert "enqueuing the" in err  # the producer noticed the lost jobs and sent them again
+        run = assert_every_query_once(s3_server, bucket, "redis-restart", DOCS + PAGES_N)
+        assert run["manifest"]["requeues"] >= 1
+    finally:
+        broker.stop()
+
+
+def test_the_s3_server_stopped_and_started_mid_run_loses_no_job(tmp_path, redis_url, fresh_simulator, start_worker):
+    fresh_simulator.config.latency_s = 0.2
+    s3 = SeaweedS3(tmp_path / "s3")
+    try:
+        bucket = s3.bucket()
+        source = upload_input(s3.endpoint, bucket, "in/s3.jsonl.gz", documents=DOCS, pages=PAGES_N)
+        env = fleet_env(redis_url, s3.endpoint, fresh_simulator.url, PRISM_STALL_S="10")
+        start_worker(env)
+        producer = start_run(source, f"s3://{bucket}/prism", "s3-restart", env, tmp_path)
+        wait_for_results(s3.endpoint, bucket, "s3-restart", 5)
+        s3.stop()
+        time.sleep(3)
+        s3.start()
+        finish(producer)
+        assert_every_query_once(s3.endpoint, bucket, "s3-restart", DOCS + PAGES_N)
+    finally:
+        s3.stop()
+
+
+@pytest.mark.parametrize(
+    "faults, check",
+    [
+        ({"429": 0.5}, "throttled"),
+        ({"500": 0.2, "503": 0.2, "timeout": 0.05}, "attempts"),
+        ({"malformed": 0.3}, "repaired"),
+    ],
+    ids=["429-storm", "5xx-bursts", "malformed-replies"],
+)
+def test_provider_faults_end_in_complete_runs(tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker, faults, check):
+    fresh_simulator.config.fault_rates = faults
+    fresh_simulator.config.retry_after_s = 0.1
+    fresh_simulator.config.hang_s = 3
+    source = upload_input(s3_server, bucket, "in/faults.jsonl.gz", documents=DOCS, pages=PAGES_N)
+    env = fleet_env(redis_url, s3_server, fresh_simulator.url, PRISM_LLM_MAX_ATTEMPTS="12", PRISM_LLM_TIMEOUT_S="1", PRISM_CACHE="false")
+    start_worker(env)
+    finish(start_run(source, f"s3://{bucket}/prism", "faults", env, tmp_path))
+    run = assert_every_query_once(s3_server, bucket, "faults", DOCS + PAGES_N)
+    total = run["cost"]["total"]
+    assert total["failed_calls"] == 0
+    if check == "throttled":
+        assert total["throttled"] > 0.3 * total["calls"]
+    elif check == "attempts":
+        assert total["attempts"] > 1.2 * total["calls"]
+    else:  # an unreadable reply is asked again, then falls back to BM25: flagged, never a failure
+        flags = [f for r in run["results"] for f in r["ranking"]["flags"]]
+        assert "retried" in flags
