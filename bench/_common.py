@@ -28,3 +28,81 @@ def redis_db(db: int = 12) -> str:
 
 def report(**figures) -> None:
     print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()), flush=True)
+
+
+class Fleet:
+    """The fleet on loopback for a benchmark: an S3 server, a Redis DB of its own, the simulator,
+    and `celery worker` processes started on demand; `run` is `prism run` against them."""
+
+    def __init__(self, simulator, workdir: Path, redis_db_index: int = 12, **env):
+        from workers.testing import SeaweedS3, fleet_env
+
+        self.workdir, self.simulator = workdir, simulator
+        self.s3 = SeaweedS3(workdir / "s3")
+        self.bucket = self.s3.bucket()
+        self.redis_url = redis_db(redis_db_index)
+        self.env = fleet_env(self.redis_url, self.s3.endpoint, simulator.url, **env)
+        self.workers = []
+
+    def start_workers(self, n: int, concurrency: int = 1, pool: str = "prefork", **env) -> None:
+        from workers.testing import WorkerProcess
+
+        for i in range(n):
+            log = self.workdir / f"worker-{len(self.workers)}.log"
+            self.workers.append(WorkerProcess(self.env | env, log, concurrency=concurrency, pool=pool))
+
+    def stop_workers(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.workers = []
+
+    def upload(self, name: str, lines: list[str]) -> str:
+        import gzip
+
+        self.s3.client().put_object(Bucket=self.bucket, Key=f"in/{name}", Body=gzip.compress("".join(lines).encode()))
+        return f"s3://{self.bucket}/in/{name}"
+
+    def run(self, source: str, run_id: str, *args: str, **env) -> dict:
+        """`prism run`; its manifest, cost report and results, and its wall time."""
+        import json
+        import time
+
+        from workers.testing import prism_cli
+
+        started = time.monotonic()
+        done = prism_cli(["run", source, "--results", f"s3://{self.bucket}/prism", "--run-id", run_id, *args], self.env | env, self.workdir)
+        wall = time.monotonic() - started
+        if done.returncode != 0:
+            raise SystemExit(f"prism run failed:\n{done.stderr[-3000:]}")
+        client, base = self.s3.client(), f"prism/runs/{run_id}"
+
+        def get(key):
+            return json.loads(client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+        pages = client.get_paginator("list_objects_v2")
+        def keys(sub):
+            return [o["Key"] for p in pages.paginate(Bucket=self.bucket, Prefix=f"{base}/{sub}/") for o in p.get("Contents", [])]
+
+        return {
+            "wall_s": wall, "manifest": get(f"{base}/manifest.json"), "cost": get(f"{base}/cost.json"),
+            "results": [get(k) for k in keys("results")], "spent": keys("spent"),
+        }
+
+    def close(self) -> None:
+        self.stop_workers()
+        self.s3.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def document_lines(n: int) -> list[str]:
+    """n distinct document rows: the training-scale file, then FinanceBench's document rows."""
+    full = SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl"
+    extra = SHARED / "financebench" / "financebench_document_ranking.jsonl"
+    lines = full.read_text().splitlines(keepends=True) + extra.read_text().splitlines(keepends=True)
+    assert n <= len(lines), f"only {len(lines)} document rows"
+    return lines[:n]

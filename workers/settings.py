@@ -51,13 +51,14 @@ class Settings(BaseSettings):
     llm_max_attempts: int = 6
     llm_backoff_cap_s: float = 60.0
     llm_max_output_tokens: int | None = None
+    llm_expected_output_tokens: int = 1000  # reserved against tokens/min per request when no max is set
     prices_file: Path | None = None  # local price overrides on top of the bundled table
 
     # shared state: the fleet limiter, the hot cache, run budgets, metrics
     redis_url: str | None = None  # default: the broker, when it is Redis
     llm_limits: dict[str, ModelLimits] = {}  # per model ("*" for any): {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}
     limiter_max_block_s: float = 5.0  # longer waits give the worker slot back (the task comes back later)
-    limiter_headroom: float = 1.0  # use this share of each limit
+    limiter_headroom: float = 0.98  # use this share of each limit: the shared counters approximate the provider's exact window
     cache: bool = True  # answer identical LLM requests from the response cache
     cache_uri: str | None = None  # durable cache: a folder or s3://...; default: the results store
     cache_ttl_s: int = 90 * 24 * 3600
@@ -131,7 +132,10 @@ class Settings(BaseSettings):
         return out
 
     def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(max_attempts=self.llm_max_attempts, backoff_cap_s=self.llm_backoff_cap_s, timeout_s=self.llm_timeout_s)
+        return RetryPolicy(
+            max_attempts=self.llm_max_attempts, backoff_cap_s=self.llm_backoff_cap_s, timeout_s=self.llm_timeout_s,
+            expected_output_tokens=self.llm_expected_output_tokens,
+        )  # fmt: skip
 
     def masked(self) -> dict:
         """The settings as printed at start: secrets and URL passwords hidden."""

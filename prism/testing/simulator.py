@@ -58,6 +58,7 @@ class Simulator:
         self._lock = threading.Lock()
         self._tokens = TokenCounter()
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of requests served
+        self.served: list[tuple[float, int]] = []  # (monotonic time, tokens) of every request answered
         self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -145,6 +146,7 @@ class Simulator:
         with self._lock:
             self.stats["prompt_tokens"] += prompt_tokens
             self.stats["completion_tokens"] += completion_tokens
+            self.served.append((time.monotonic(), prompt_tokens + completion_tokens))
         usage = {
             "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": 0},

@@ -23,7 +23,10 @@ def fleet(redis_url, s3_server, fresh_simulator, start_worker):
 
 
 def test_a_rerun_of_unchanged_input_makes_no_llm_calls(tmp_path, fleet, s3_server, bucket, fresh_simulator):
-    source = upload_input(s3_server, bucket, "in/batch.jsonl.gz", documents=30, pages=2)
+    # A nightly input is a prefix of files: two here.
+    upload_input(s3_server, bucket, "in/nightly/part-1.jsonl.gz", documents=30)
+    upload_input(s3_server, bucket, "in/nightly/part-2.jsonl.gz", pages=2)
+    source = f"s3://{bucket}/in/nightly/"
     results = f"s3://{bucket}/prism"
     first = prism_cli(["run", source, "--results", results, "--run-id", "night-1"], fleet, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -143,3 +146,72 @@ def test_a_folder_of_files_is_one_input_with_errors_naming_the_file(tmp_path):
     assert manifest["counts"]["done"] == 8 and manifest["counts"]["invalid_rows"] == 1
     (failure,) = [json.loads(line) for line in (base / "failures.jsonl").read_text().splitlines()]
     assert failure["source"].endswith("2024/b.jsonl") and failure["line"] == 4
+
+
+def test_the_fleet_limiter_keeps_the_provider_limit_and_gives_slots_back(tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker):
+    fresh_simulator.config.rpm, fresh_simulator.config.window_s = 3, 5.0
+    limits = json.dumps({"*": {"requests": "3/5 seconds"}})
+    env = fleet_env(redis_url, s3_server, fresh_simulator.url, PRISM_LLM_LIMITS=limits, PRISM_LIMITER_MAX_BLOCK_S="0.5", PRISM_CACHE="false")  # fmt: skip
+    start_worker(env)
+    source = upload_input(s3_server, bucket, "in/limited.jsonl.gz", documents=6)
+    run = prism_cli(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "limited", "--fresh"], env, tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    limited = read_run(s3_server, bucket, "limited")
+    assert limited["manifest"]["counts"]["done"] == 6
+    assert fresh_simulator.stats["429_limit"] == 0  # the provider never had to refuse
+    starts = sorted(r["started_at"] for r in limited["results"])
+    assert starts[-1] > starts[0]  # the jobs went out over several windows
+    # Waits longer than 0.5 s were not spent holding a worker: the jobs came back later.
+    assert max(r["finished_at"] for r in limited["results"]) > min(r["started_at"] for r in limited["results"])
+
+
+def test_the_exporter_serves_fleet_metrics(tmp_path, fleet, s3_server, bucket):
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    from workers.testing import free_port_pair
+
+    source = upload_input(s3_server, bucket, "in/metrics.jsonl.gz", documents=5)
+    assert prism_cli(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "metrics", "--fresh"], fleet, tmp_path).returncode == 0
+    port = free_port_pair()
+    exporter = subprocess.Popen([str(Path(sys.executable).parent / "prism"), "exporter", "--port", str(port)], env=fleet, cwd=tmp_path)
+    try:
+        for _ in range(50):
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                break
+            except OSError:
+                time.sleep(0.2)
+        done = [line for line in text.splitlines() if line.startswith('prism_jobs_total{state="done",task="documents"}')]
+        assert done and float(done[0].split()[-1]) >= 5
+        assert 'prism_queue_depth{queue="celery"}' in text and "prism_llm_tokens_total" in text and "prism_llm_usd_total" in text
+    finally:
+        exporter.terminate()
+        exporter.wait(10)
+
+
+def test_lost_jobs_that_never_come_back_are_reported_not_waited_for(tmp_path, redis_url, s3_server, bucket):
+    import redis
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    env = fleet_env(redis_url, s3_server, None, PRISM_STALL_S="2", PRISM_MAX_REQUEUES="0")
+    source = upload_input(s3_server, bucket, "in/lost.jsonl.gz", documents=4)
+    cmd = [str(Path(sys.executable).parent / "prism"), "run", source, "--results", f"s3://{bucket}/prism", "--run-id", "lost"]
+    producer = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 60
+    while client.llen("celery") < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    client.delete("celery")  # the messages are gone, and no worker will ever see them
+    out, err = producer.communicate(timeout=120)
+    assert producer.returncode == 0, err[-3000:]
+    lost = read_run(s3_server, bucket, "lost")
+    m = lost["manifest"]  # every query has an outcome (a failure saying why), none is left pending
+    assert m["status"] == "complete" and m["counts"]["failed"] == 4 and m["counts"]["pending"] == 0
+    assert all("no outcome after 0 requeue(s)" in f["error"] for f in lost["failures"])
