@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test venv clean
+.PHONY: run test venv clean prior
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,3 +21,8 @@ test: venv
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
+
+# Refit the shipped document prior from the training split (the evaluation rows left out).
+prior: venv
+	$(BIN)/prism prior fit ../shared/data/finagentbench/document_ranking_kaggle_dev_full.jsonl \
+		--exclude ../shared/data/finagentbench/document_ranking_kaggle_dev.jsonl --out prism/data/doc_prior

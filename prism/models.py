@@ -15,6 +15,9 @@ Task = Literal["documents", "chunks"]
 # a filing, or the pool of segment winners.
 Stage = Literal["documents", "segments", "rerank"]
 RankerName = Literal["llm", "lexical"]
+# Documents may also be ranked by the learned filing-type prior, alone, as a cascade (the LLM
+# only where the prior is unsure) or fused with the LLM's ranking.
+DocRankerName = Literal["llm", "lexical", "prior", "cascade", "fuse"]
 PromptVariant = Literal["p1", "p2", "p3", "p4"]
 # repaired: the reply needed fixing; retried: a second request was needed; fallback: the
 # lexical ranker answered instead; truncated: a chunk was cut to fit the budget; degraded: some
@@ -68,6 +71,7 @@ class Ranking(BaseModel):
     scores: list[float] | None = None
     flags: list[Flag] = []
     notes: list[str] = []
+    answered_by: str | None = None  # in a cascade: "prior" or "llm"
 
     def flagged(self, *flags: Flag, note: str | None = None) -> Ranking:
         merged = list(dict.fromkeys([*self.flags, *flags]))
@@ -80,7 +84,7 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    doc_ranker: RankerName = "lexical"
+    doc_ranker: DocRankerName = "lexical"
     chunk_ranker: RankerName = "lexical"
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
@@ -89,12 +93,18 @@ class RunConfig(BaseModel):
     top_n: int = Field(5, ge=1)
     segment_top_k: int = Field(10, ge=1)
     segment_tokens: int = Field(32_000, ge=1_000)
+    prior: str | None = None  # the prior model: "<uri>#<sha256>"
+    cascade_threshold: float | None = None  # None: the model's own, set when it was fitted
+    fuse_weights: tuple[float, float] = (1.0, 1.0)  # prior, LLM
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
-    def ranker_for(self, task: Task) -> RankerName:
+    def ranker_for(self, task: Task) -> str:
         return self.doc_ranker if task == "documents" else self.chunk_ranker
+
+    def uses_llm(self, task: Task) -> bool:
+        return self.ranker_for(task) in ("llm", "cascade", "fuse")
 
 
 def job_id(query: Query, config: RunConfig) -> str:
@@ -123,7 +133,7 @@ class JobResult(BaseModel):
     job_id: str
     query_id: str
     task: Task
-    ranker: RankerName
+    ranker: str
     n_candidates: int
     ranking: Ranking
     calls: list[CallRecord] = []

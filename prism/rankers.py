@@ -8,12 +8,13 @@ from typing import Protocol
 from prism import prompts
 from prism.lexical import LexicalRanker
 from prism.llm import Gateway
-from prism.models import RankerName, Ranking, RunConfig, Stage
+from prism.models import Ranking, RunConfig, Stage
 from prism.parsing import UnparseableReply, parse_ranking
+from prism.prior import DocPrior
 
 
 class Ranker(Protocol):
-    name: RankerName
+    name: str
 
     def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking: ...
 
@@ -73,13 +74,66 @@ def document_lexical_ranker() -> LexicalRanker:
     return LexicalRanker(expand=expand, tie_order=prior)
 
 
-def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None) -> Ranker:
+class CascadeRanker:
+    """The prior where it is confident; the LLM only for the rest."""
+
+    name = "cascade"
+
+    def __init__(self, prior: DocPrior, llm: Ranker, threshold: float):
+        self.prior, self.llm, self.threshold = prior, llm, threshold
+
+    def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking:
+        predicted = self.prior.predict([question])[0]
+        confidence = float(self.prior.confidence(predicted)[0])
+        if confidence >= self.threshold:
+            return self.prior.rank_predicted(predicted, candidates, top_k)
+        ranking = self.llm.rank(question, candidates, top_k)
+        note = f"prior confidence {confidence:.3f} < {self.threshold:.3f}: asked the LLM"
+        return ranking.model_copy(update={"answered_by": "llm", "notes": [note, *ranking.notes]})
+
+
+class FuseRanker:
+    """Weighted reciprocal-rank fusion of the prior's and the LLM's rankings."""
+
+    name = "fuse"
+
+    def __init__(self, prior: DocPrior, llm: Ranker, weights: tuple[float, float] = (1.0, 1.0), k: int = 60):
+        self.prior, self.llm, self.weights, self.k = prior, llm, weights, k
+
+    def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking:
+        n = len(candidates)
+        prior = self.prior.rank(question, candidates, n)
+        llm = self.llm.rank(question, candidates, n)
+        score = [0.0] * n
+        for weight, ranking in zip(self.weights, (prior, llm)):
+            for position, i in enumerate(ranking.indices):
+                score[i] += weight / (self.k + position + 1)
+        order = sorted(range(n), key=lambda i: (-score[i], prior.indices.index(i)))[:top_k]
+        return Ranking(
+            indices=order, scores=[round(score[i], 6) for i in order], flags=llm.flags, answered_by="fuse",
+            notes=[*prior.notes, *llm.notes],
+        )  # fmt: skip
+
+
+def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None, prior: DocPrior | None = None) -> Ranker:
     """The ranker a run's config asks for at one stage (documents, segments or rerank)."""
     task = "documents" if stage == "documents" else "chunks"
     lexical = document_lexical_ranker() if task == "documents" else LexicalRanker()
-    if config.ranker_for(task) == "lexical":
+    kind = config.ranker_for(task)
+    if kind == "lexical":
         return lexical
+    if kind in ("prior", "cascade", "fuse") and prior is None:
+        raise ValueError(f"the documents ranker is {kind!r} but no prior model is loaded")
+    if kind == "prior":
+        return prior
     if gateway is None:
-        raise ValueError(f"the {task} ranker is 'llm' but no LLM endpoint is configured")
+        raise ValueError(f"the {task} ranker is {kind!r}, which asks an LLM, but no LLM endpoint is configured")
     variant = config.doc_prompt if task == "documents" else config.chunk_prompt
-    return LlmRanker(gateway, prompts.load(task, variant), stage, config.models[stage], lexical, config.max_output_tokens)
+    fallback = prior if task == "documents" and prior is not None else lexical
+    llm = LlmRanker(gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.max_output_tokens)
+    if kind == "cascade":
+        threshold = config.cascade_threshold if config.cascade_threshold is not None else prior.threshold
+        return CascadeRanker(prior, llm, threshold)
+    if kind == "fuse":
+        return FuseRanker(prior, llm, config.fuse_weights)
+    return llm

@@ -21,7 +21,7 @@ from rich.table import Table
 import redis
 from amqp.exceptions import ChannelError
 
-from prism.models import Failure, PromptVariant, RankerName, RunManifest, Usage
+from prism.models import DocRankerName, Failure, PromptVariant, RankerName, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer.plan import Plan, RunSpec, plan_run
 from producer.report import RunState, cost_report, finalize, run_metrics
@@ -30,8 +30,9 @@ from workers.app import make_app
 from workers.budget import RunBudget
 from workers.embedded import embedded_worker
 from workers.metrics import FleetCollector
+from workers.priors import PACKAGED, read_prior, with_prior
 from workers.settings import Settings
-from workers.store import RunLayout, get_model, open_store, put_model
+from workers.store import RunLayout, get_model, open_input, open_store, put_model
 
 app = typer.Typer(help="Rank financial filings for questions with an LLM fleet (the PRISM method).", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
@@ -40,7 +41,7 @@ SAMPLE = "bundled sample"
 InputArg = Annotated[Optional[str], typer.Argument(help="JSONL input (plain or .gz): a path or s3://bucket/key. Default: the bundled sample.")]  # fmt: skip
 RunIdOpt = Annotated[Optional[str], typer.Option("--run-id", help="Reuse a run id; default: a new one.")]
 ResultsOpt = Annotated[Optional[str], typer.Option("--results", help="Results folder or s3://bucket/prefix (PRISM_RESULTS).")]
-DocRankerOpt = Annotated[Optional[RankerName], typer.Option("--doc-ranker", help="llm or lexical (PRISM_DOC_RANKER).")]
+DocRankerOpt = Annotated[Optional[DocRankerName], typer.Option("--doc-ranker", help="llm, lexical, prior, cascade or fuse (PRISM_DOC_RANKER).")]
 ChunkRankerOpt = Annotated[Optional[RankerName], typer.Option("--chunk-ranker", help="llm or lexical (PRISM_CHUNK_RANKER).")]
 DocPromptOpt = Annotated[Optional[PromptVariant], typer.Option("--doc-prompt", help="p1..p4 (PRISM_DOC_PROMPT).")]
 ChunkPromptOpt = Annotated[Optional[PromptVariant], typer.Option("--chunk-prompt", help="p1..p4 (PRISM_CHUNK_PROMPT).")]
@@ -76,6 +77,7 @@ def run(
     """
     settings = Settings()
     config = settings.run_config(doc_ranker=doc_ranker, chunk_ranker=chunk_ranker, doc_prompt=doc_prompt, chunk_prompt=chunk_prompt, top_n=top_n)  # fmt: skip
+    config = with_prior(config, settings)
     spec = RunSpec(
         run_id=run_id or datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3),
         input=input or str(files("prism").joinpath("data", "sample.jsonl.gz")), results=results or settings.results,
@@ -188,7 +190,7 @@ def _check_budget(spec: RunSpec, settings: Settings) -> RunBudget | None:
     prices = PriceTable.load(settings.prices_file)
     for stage, model in spec.config.models.items():
         task = "documents" if stage == "documents" else "chunks"
-        if spec.config.ranker_for(task) == "llm" and prices.usd(model, Usage(prompt_tokens=1000)) is None:
+        if spec.config.uses_llm(task) and prices.usd(model, Usage(prompt_tokens=1000)) is None:
             raise typer.BadParameter(f"model {model!r} has no price, so a budget cannot be kept; add it to PRISM_PRICES_FILE")
     return RunBudget(redis.Redis.from_url(settings.shared_redis), spec.run_id, spec.budget_usd)
 
@@ -249,6 +251,65 @@ def evaluate(run_id: str, results: ResultsOpt = None) -> None:
     store.put(RunLayout(run_id).file("metrics.json"), json.dumps(metrics, indent=1).encode())
     Console().print(_metrics_table(metrics))
     typer.echo(json.dumps(metrics))
+
+
+prior_app = typer.Typer(help="The learned filing-type prior for document ranking.", no_args_is_help=True)
+app.add_typer(prior_app, name="prior")
+
+
+@prior_app.command("fit")
+def prior_fit(
+    input: Annotated[str, typer.Argument(help="Training rows (FinAgentBench document rows with qrels).")],
+    out: Annotated[str, typer.Option("--out", help="Folder or s3:// prefix to write the model to.")],
+    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Files whose rows must not be trained on (evaluation rows).")] = None,  # fmt: skip
+    llm_share: Annotated[float, typer.Option(help="Share of queries the cascade sends to the LLM by default.")] = 0.25,
+) -> None:
+    """Fit the prior: features and ridge strength chosen by cross-validation on INPUT, less any
+    row whose id or question is in an --exclude file; confidence calibrated out of fold."""
+    from prism.prior import ARRAYS, META, DocPrior
+
+    settings = Settings()
+    held_out = [q for path in exclude or [] for q in _read(path, settings)]
+    ids, questions = {q.id for q in held_out}, {q.question for q in held_out}
+    rows = [q for q in _read(input, settings) if q.id not in ids and q.question not in questions]
+    console.print(f"fitting on {len(rows)} rows ({len(held_out)} held-out rows excluded)")
+    model = DocPrior.fit(rows, llm_share=llm_share, log=console.print)
+    store = open_store(out, settings)
+    for name, data in model.to_files().items():
+        store.put(name, data)
+    meta = model.meta
+    console.print(f"saved to {out}: {'+'.join(meta['features'])}, alpha {meta['alpha']}, cv ndcg@5 {meta['cv_ndcg5']}, cascade threshold {meta['cascade']['threshold']:.3f}")  # fmt: skip
+
+
+@prior_app.command("eval")
+def prior_eval(
+    input: Annotated[str, typer.Argument(help="Rows with qrels to score the prior on.")],
+    model: Annotated[Optional[str], typer.Option("--model", help="The model; default: the one shipped.")] = None,
+) -> None:
+    """NDCG@5, MRR@5 and MAP@5 of the prior and of the constant type order on INPUT."""
+    from prism.metrics import evaluate as score
+
+    settings = Settings()
+    prior = read_prior(model or settings.doc_prior or PACKAGED, settings)
+    rows = [q for q in _read(input, settings) if q.task == "documents" and q.qrel]
+    qrels = {q.id: q.qrel for q in rows}
+    predicted = prior.predict([q.question for q in rows])
+    confidence = prior.confidence(predicted)
+    rankings = {q.id: prior.rank_predicted(p, q.candidates, 5).indices for q, p in zip(rows, predicted)}
+    order = [int(i) for i in prior.meta.get("constant_order", [])] or None
+    out = {"prior": score(rankings, qrels)}
+    if order:
+        out["constant"] = score({q.id: order for q in rows}, qrels)
+    out["cascade_llm_share"] = {"queries": len(rows), "share": float((confidence < prior.threshold).mean())}
+    Console().print(_metrics_table({k: v for k, v in out.items() if "ndcg@5" in v}))
+    typer.echo(json.dumps(out))
+
+
+def _read(uri: str, settings: Settings):
+    from prism.datasets import Query, read_queries
+
+    with open_input(uri, settings) as stream:
+        return [q for q in read_queries(stream) if isinstance(q, Query)]
 
 
 def _open_run(run_id: str, results: str | None):
@@ -350,12 +411,18 @@ def _print_summary(manifest: RunManifest, cost: dict, metrics: dict, config) -> 
     out.print(f"queries: {c.get('done', 0)} done ({c.get('reused', 0)} reused), {c.get('failed', 0)} failed, {c.get('pending', 0)} pending; {c.get('invalid_rows', 0)} invalid input rows")  # fmt: skip
     unpriced = f" + {total['unpriced_calls']} unpriced call(s)" if total["unpriced_calls"] else ""
     out.print(f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}")  # fmt: skip
+    if savings := cost.get("savings"):
+        usd = savings["usd_saved_estimate"]
+        saved = "no LLM document call in this run to price it by" if usd is None else f"about ${float(usd):.4f}"
+        out.print(f"documents: {savings['llm_calls_avoided']} answered by the prior, {savings['llm_calls_made']} by the LLM; saved against LLM-only: {saved}")  # fmt: skip
     if metrics:
         out.print(_metrics_table(metrics))
     out.print(f"results, manifest, cost.json and report.md: {manifest.results.rstrip('/')}/runs/{manifest.run_id}/")
-    if "llm" not in (config.doc_ranker, config.chunk_ranker):
+    if not (config.uses_llm("documents") or config.uses_llm("chunks")):
+        by = {"prior": "the learned filing-type prior", "lexical": "BM25"}
         out.print(
-            "[yellow]No LLM was used:[/yellow] rankings come from the $0 lexical ranker (BM25). To rank with an LLM set "
+            f"[yellow]No LLM was used:[/yellow] documents were ranked by {by.get(config.doc_ranker, config.doc_ranker)} and "
+            f"chunks by {by.get(config.chunk_ranker, config.chunk_ranker)}, at $0. To rank with an LLM set "
             "OPENAI_API_KEY (or PRISM_LLM_BASE_URL for any OpenAI-compatible server); to run on a fleet set "
             "PRISM_BROKER_URL and PRISM_RESULTS=s3://bucket/prefix and start workers with `celery -A workers.app worker`."
         )

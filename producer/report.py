@@ -114,12 +114,24 @@ def cost_report(state: RunState) -> dict:
 
     return {
         "run_id": state.layout.run_id,
+        "savings": _cascade_savings(state, by_stage.get("documents")),
         "total": total.model_dump(mode="json"),
         "by_task": dump(by_task),
         "by_stage": dump(by_stage),
         "by_model": dump(by_model),
         "jobs": [{"task": t, "query_id": q, **s.model_dump(mode="json")} for (t, q), s in sorted(by_job.items())],
     }
+
+
+def _cascade_savings(state: RunState, document_calls: CostSummary | None) -> dict | None:
+    """Document queries the prior answered instead of the LLM, and what LLM-only would have
+    paid for them (at this run's mean paid cost per LLM document query)."""
+    routed = [r.ranking.answered_by for r in state.results.values() if r.task == "documents" and r.ranking.answered_by]
+    if not routed:
+        return None
+    avoided, asked = routed.count("prior"), routed.count("llm") + routed.count("fuse")
+    mean = document_calls.usd / asked if document_calls and asked and not document_calls.unpriced_calls else None
+    return {"llm_calls_avoided": avoided, "llm_calls_made": asked, "usd_saved_estimate": str(mean * avoided) if mean is not None else None}
 
 
 def run_metrics(state: RunState, k: int = 5) -> dict[str, dict[str, float]]:

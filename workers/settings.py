@@ -68,7 +68,9 @@ class Settings(BaseSettings):
     max_requeues: int = 3
 
     # the method
-    doc_ranker: Literal["auto", "llm", "lexical"] = "auto"  # auto: llm when an endpoint is set
+    doc_ranker: Literal["auto", "llm", "lexical", "prior", "cascade", "fuse"] = "auto"  # auto: cascade with an LLM, else prior
+    doc_prior: str | None = None  # the prior model (a folder or s3:// prefix); default: the one shipped
+    cascade_threshold: float | None = None  # default: the model's own (set for a share of queries when fitted)
     chunk_ranker: Literal["auto", "llm", "lexical"] = "auto"
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
@@ -104,11 +106,11 @@ class Settings(BaseSettings):
         return bool(self.llm_base_url or self.llm_api_key or self.llm_endpoints)
 
     def run_config(self, **overrides) -> RunConfig:
-        def ranker(choice: str) -> str:
-            return choice if choice != "auto" else ("llm" if self.llm_configured else "lexical")
-
+        llm = self.llm_configured
+        doc_ranker = self.doc_ranker if self.doc_ranker != "auto" else ("cascade" if llm else "prior")
+        chunk_ranker = self.chunk_ranker if self.chunk_ranker != "auto" else ("llm" if llm else "lexical")
         fields = {
-            "doc_ranker": ranker(self.doc_ranker), "chunk_ranker": ranker(self.chunk_ranker),
+            "doc_ranker": doc_ranker, "chunk_ranker": chunk_ranker, "cascade_threshold": self.cascade_threshold,
             "doc_prompt": self.doc_prompt, "chunk_prompt": self.chunk_prompt,
             "models": {s: self.llm_models.get(s, self.llm_model) for s in STAGES},
             "max_output_tokens": self.llm_max_output_tokens, "top_n": self.top_n,

@@ -98,6 +98,7 @@ class LocalStore:
         # fails if the name exists, which makes write-once atomic.
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as tmp:
             tmp.write(data)
+        os.chmod(tmp.name, 0o644)  # a plain file's usual mode, not the temporary file's 0600
         if not if_absent:
             os.replace(tmp.name, path)
             return True

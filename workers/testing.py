@@ -129,7 +129,9 @@ def s3_client(endpoint: str):
 
 
 def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | None, **extra: str) -> dict[str, str]:
-    """This process's environment without PRISM_/OPENAI_ settings, pointed at the given parts."""
+    """This process's environment without PRISM_/OPENAI_ settings, pointed at the given parts.
+    With an LLM, documents go to it alone (PRISM_DOC_RANKER=llm) unless ``extra`` says otherwise:
+    tests and benchmarks of the fleet measure the LLM path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRISM_", "OPENAI_"))}
     env |= S3_KEYS | {"PYTHONUNBUFFERED": "1"}
     if redis_url:
@@ -137,7 +139,7 @@ def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | Non
     if s3_endpoint:
         env["PRISM_S3_ENDPOINT_URL"] = s3_endpoint
     if llm_url:
-        env |= {"PRISM_LLM_BASE_URL": llm_url, "PRISM_LLM_API_KEY": "sk-test", "PRISM_LLM_BACKOFF_CAP_S": "2"}
+        env |= {"PRISM_LLM_BASE_URL": llm_url, "PRISM_LLM_API_KEY": "sk-test", "PRISM_LLM_BACKOFF_CAP_S": "2", "PRISM_DOC_RANKER": "llm"}
     return env | extra
 
 

@@ -91,7 +91,7 @@ def test_embedded_default_runs_the_bundled_sample_with_nothing_configured(tmp_pa
     assert "No LLM was used" in run.stdout and "12 done (0 reused), 0 failed" in run.stdout
     base = tmp_path / "results" / "runs" / "sample"
     manifest = json.loads((base / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["embedded"] and manifest["config"]["doc_ranker"] == "lexical"
+    assert manifest["status"] == "complete" and manifest["embedded"] and manifest["config"]["doc_ranker"] == "prior"
     assert len(list((base / "results" / "documents").glob("*.json"))) == 8
     assert len(list((base / "results" / "chunks").glob("*.json"))) == 4
     cost = json.loads((base / "cost.json").read_text())

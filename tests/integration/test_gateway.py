@@ -93,3 +93,37 @@ def test_llm_ranker_answers_with_the_oracle_order(fresh_simulator):
         grades = [q.qrel[i] for i in ranking.indices]
         assert grades == sorted(grades, reverse=True) and not ranking.flags
         assert [FILING_TYPES[i] for i in ranking.indices] != []
+
+
+def test_the_cascade_sends_exactly_the_unsure_queries_to_the_llm(fresh_simulator):
+    from workers.priors import PACKAGED, read_prior
+    from workers.settings import Settings
+
+    prior = read_prior(PACKAGED, Settings())
+    rows = load(DOC_DEV, limit=80)
+    confidence = prior.confidence(prior.predict([q.question for q in rows]))
+    unsure = {q.id for q, c in zip(rows, confidence) if c < prior.threshold}
+    assert 0 < len(unsure) < len(rows)
+    cascade = build_ranker(RunConfig(doc_ranker="cascade"), "documents", gateway(fresh_simulator), prior)
+    asked = set()
+    for q in rows:
+        with recording() as calls:
+            ranking = cascade.rank(q.question, q.candidates, 5)
+        assert ranking.answered_by == ("llm" if calls else "prior")
+        if calls:
+            asked.add(q.id)
+    assert asked == unsure
+
+
+def test_fuse_combines_the_prior_and_the_llm(fresh_simulator):
+    from workers.priors import PACKAGED, read_prior
+    from workers.settings import Settings
+
+    prior = read_prior(PACKAGED, Settings())
+    fuse = build_ranker(RunConfig(doc_ranker="fuse", fuse_weights=(0.0, 1.0)), "documents", gateway(fresh_simulator), prior)
+    llm_only = build_ranker(RunConfig(doc_ranker="llm"), "documents", gateway(fresh_simulator))
+    for q in load(DOC_DEV, limit=10):
+        with recording() as calls:
+            fused = fuse.rank(q.question, q.candidates, 5)
+        assert len(calls) == 1 and fused.answered_by == "fuse"
+        assert fused.indices == llm_only.rank(q.question, q.candidates, 5).indices  # all weight on the LLM
