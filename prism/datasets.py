@@ -23,7 +23,7 @@ from prism.models import FILING_TYPES, Query, Task
 
 MARKERS: dict[Task, str] = {"documents": "[Document Index {}] ", "chunks": "[Chunk Index {}] "}
 # Instructions that may follow the last candidate in a FinAgentBench prompt.
-TRAILERS = ("\nTask: ", "\n\nYour response", "\nResponse Format:", "\n\nReturn ")
+TRAILERS = ("\nTask: ", "\n\nYour response", "\nResponse Format:", "\n\nReturn ", "\n\nPicked so far:")
 
 
 class RowError(ValueError):
@@ -131,7 +131,7 @@ def _finagentbench_row(row: dict, line: int) -> Query:
         task, question, candidates = split_prompt(content)
     except ValueError as err:
         raise RowError(line, f"messages[{i}].content", str(err), query_id) from None
-    return _query(query_id, task, question, candidates, row.get("qrel"), line)
+    return _query(query_id, task, question, candidates, row.get("qrel"), line, row.get("answer"))
 
 
 def _native_row(row: dict, line: int) -> Query:
@@ -140,7 +140,7 @@ def _native_row(row: dict, line: int) -> Query:
     if not isinstance(candidates, list) or not candidates or not all(isinstance(c, str) for c in candidates):
         raise RowError(line, "candidates", "expected a non-empty list of strings", query_id)
     task = row.get("task") or ("documents" if tuple(candidates) == FILING_TYPES else "chunks")
-    return _query(query_id, task, row.get("question"), candidates, row.get("qrel"), line)
+    return _query(query_id, task, row.get("question"), candidates, row.get("qrel"), line, row.get("answer"))
 
 
 def _row_id(row: dict, line: int, keys: tuple[str, ...]) -> str:
@@ -151,7 +151,7 @@ def _row_id(row: dict, line: int, keys: tuple[str, ...]) -> str:
     raise RowError(line, "/".join(keys), "missing or empty id")
 
 
-def _query(query_id: str, task, question, candidates: list[str], qrel, line: int) -> Query:
+def _query(query_id: str, task, question, candidates: list[str], qrel, line: int, answer=None) -> Query:
     try:
         parsed_qrel = None if qrel is None else {int(k): int(v) for k, v in dict(qrel).items()}
     except (TypeError, ValueError):
@@ -159,7 +159,8 @@ def _query(query_id: str, task, question, candidates: list[str], qrel, line: int
     if parsed_qrel and not all(0 <= i < len(candidates) for i in parsed_qrel):
         raise RowError(line, "qrel", f"an index is outside 0..{len(candidates) - 1}", query_id)
     try:
-        return Query(id=query_id, task=task, question=question, candidates=candidates, qrel=parsed_qrel, line=line)
+        answer = answer if isinstance(answer, str) and answer.strip() else None
+        return Query(id=query_id, task=task, question=question, candidates=candidates, qrel=parsed_qrel, answer=answer, line=line)
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(row)"

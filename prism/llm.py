@@ -166,22 +166,39 @@ class Gateway:
         return self.endpoints.get(stage) or Endpoint()
 
     def complete(self, messages: list[dict], *, stage: Stage, model: str, max_output_tokens: int | None = None) -> Completion:
+        extra = {"max_completion_tokens": max_output_tokens} if max_output_tokens else {}
+        prompt = self.counter.count("".join(m["content"] for m in messages)) + 4 * len(messages)
+        body, call = self._request(
+            stage, model, ["chat", messages, max_output_tokens], prompt, max_output_tokens or self.policy.expected_output_tokens,
+            lambda client: client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra),
+            lambda response: {"text": (response.choices[0].message.content if response.choices else None) or ""},
+        )  # fmt: skip
+        return Completion(body["text"], call)
+
+    def embed(self, texts: list[str], *, model: str, stage: Stage = "embeddings") -> list[list[float]]:
+        tokens = sum(self.counter.count_many(texts))
+        body, _ = self._request(
+            stage, model, ["embeddings", texts], tokens, 0,
+            lambda client: client.embeddings.with_raw_response.create(model=model, input=texts),
+            lambda response: {"vectors": [item.embedding for item in sorted(response.data, key=lambda d: d.index)]},
+        )  # fmt: skip
+        return body["vectors"]
+
+    def _request(self, stage: Stage, model: str, payload: list, prompt: int, output: int, send, decode) -> tuple[dict, CallRecord]:
+        """cache -> budget -> limiter and retries -> usage, price, limits settled -> recorded."""
         endpoint = self.endpoint(stage)
         started = time.monotonic()
-        key = cache_key(endpoint, model, messages, max_output_tokens)
+        key = cache_key(endpoint, model, payload)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             call = CallRecord(stage=stage, model=model, latency_s=round(time.monotonic() - started, 4), attempts=0, usd=Decimal(0), cached=True)  # fmt: skip
-            return self._account(Completion(hit["text"], call))
-
-        prompt = self.counter.count("".join(m["content"] for m in messages)) + 4 * len(messages)
-        output = max_output_tokens or self.policy.expected_output_tokens
+            return hit, self._account(call)
         reserved = prompt + output
         budget = _budget.get()
         reserved_usd = self.prices.usd(model, Usage(prompt_tokens=prompt, completion_tokens=output)) or Decimal(0)
         if budget is not None:
             budget.reserve(reserved_usd)
         try:
-            response, headers, attempts, throttled = self._call(endpoint, model, messages, max_output_tokens, reserved)
+            response, headers, attempts, throttled = self._call(endpoint, model, send, reserved)
         except Deferred:
             if budget is not None:
                 budget.settle(reserved_usd, Decimal(0))
@@ -189,12 +206,11 @@ class Gateway:
         except openai.OpenAIError as err:
             if budget is not None:
                 budget.settle(reserved_usd, Decimal(0))
-            call = CallRecord(
+            call = self._account(CallRecord(
                 stage=stage, model=model, latency_s=round(time.monotonic() - started, 4),
                 attempts=getattr(err, "prism_attempts", 1), throttled=getattr(err, "prism_throttled", 0), usd=None,
                 error=describe(err),
-            )  # fmt: skip
-            self._account(Completion("", call))
+            ))  # fmt: skip
             kind = ContextTooLong if is_context_overflow(err) else LlmError
             raise kind(f"{stage} call to {model} failed after {call.attempts} attempt(s): {call.error}", call) from err
 
@@ -203,18 +219,17 @@ class Gateway:
         usd = self.prices.usd(model, usage) if usage else None  # no usage reported: unpriced
         if budget is not None:
             budget.settle(reserved_usd, usd)
-        text = (response.choices[0].message.content if response.choices else None) or ""
+        body = decode(response)
         call = CallRecord(
             stage=stage, model=model, usage=usage or Usage(), latency_s=round(time.monotonic() - started, 4),
             attempts=attempts, throttled=throttled, usd=usd,
         )  # fmt: skip
-        if self.cache is not None and text:
-            self.cache.put(key, {"text": text, "model": model, "usage": call.usage.model_dump()})
-        return self._account(Completion(text, call))
+        if self.cache is not None and all(body.values()):
+            self.cache.put(key, body | {"model": model})
+        return body, self._account(call)
 
-    def _call(self, endpoint: Endpoint, model: str, messages: list[dict], max_output_tokens: int | None, reserved: int):
+    def _call(self, endpoint: Endpoint, model: str, send, reserved: int):
         client = self._client(endpoint)
-        extra = {"max_completion_tokens": max_output_tokens} if max_output_tokens else {}
         attempts = throttled = 0
 
         def attempt():
@@ -222,7 +237,7 @@ class Gateway:
             attempts += 1
             self.limiter.acquire(endpoint.key, model, reserved)
             try:
-                raw = client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra)
+                raw = send(client)
             except openai.APIStatusError as err:
                 throttled += err.status_code == 429
                 # The provider's count is news even on a refusal; the reservation was not used.
@@ -267,15 +282,15 @@ class Gateway:
         return random.uniform(0, min(cap, self.policy.backoff_base_s * 2 ** (state.attempt_number - 1)))
 
     @staticmethod
-    def _account(completion: Completion) -> Completion:
+    def _account(call: CallRecord) -> CallRecord:
         for ledger in _ledgers.get():
-            ledger.append(completion.call)
-        return completion
+            ledger.append(call)
+        return call
 
 
-def cache_key(endpoint: Endpoint, model: str, messages: list[dict], max_output_tokens: int | None) -> str:
-    """Same endpoint, model, messages and parameters: same key."""
-    body = json.dumps([endpoint.key, model, messages, max_output_tokens], ensure_ascii=False, sort_keys=True)
+def cache_key(endpoint: Endpoint, model: str, payload: list) -> str:
+    """Same endpoint, model, request and parameters: same key."""
+    body = json.dumps([endpoint.key, model, payload], ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -347,5 +362,5 @@ def _usage(response) -> Usage | None:
     return Usage(
         prompt_tokens=usage.prompt_tokens or 0,
         cached_tokens=(getattr(details, "cached_tokens", None) or 0) if details else 0,
-        completion_tokens=usage.completion_tokens or 0,
+        completion_tokens=getattr(usage, "completion_tokens", None) or 0,  # embeddings report none
     )

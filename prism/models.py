@@ -12,12 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Task = Literal["documents", "chunks"]
 # An LLM step. Each may use its own model and endpoint: the five filing types, one segment of
-# a filing, or the pool of segment winners.
-Stage = Literal["documents", "segments", "rerank"]
+# a filing, the pool of segment winners, embeddings, or the evidence-selection roles.
+Stage = Literal["documents", "segments", "rerank", "embeddings", "evidence"]
 RankerName = Literal["llm", "lexical"]
+# Chunks may also be ranked by BM25 + dense fusion ($0), the agent variants A1-A4 or the
+# Selector/Adder evidence rounds.
+ChunkRankerName = Literal["llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"]
 # Documents may also be ranked by the learned filing-type prior, alone, as a cascade (the LLM
 # only where the prior is unsure) or fused with the LLM's ranking.
-DocRankerName = Literal["llm", "lexical", "prior", "cascade", "fuse"]
+DocRankerName = Literal["llm", "lexical", "prior", "cascade", "fuse", "agents"]
 PromptVariant = Literal["p1", "p2", "p3", "p4"]
 # repaired: the reply needed fixing; retried: a second request was needed; fallback: the
 # lexical ranker answered instead; truncated: a chunk was cut to fit the budget; degraded: some
@@ -37,6 +40,7 @@ class Query(BaseModel):
     question: str = Field(min_length=1)
     candidates: list[str] = Field(min_length=1)
     qrel: dict[int, int] | None = None
+    answer: str | None = None  # a reference answer, where the data has one (FinanceBench)
     line: int = 0
 
 
@@ -72,6 +76,7 @@ class Ranking(BaseModel):
     flags: list[Flag] = []
     notes: list[str] = []
     answered_by: str | None = None  # in a cascade: "prior" or "llm"
+    details: dict = {}  # what a strategy adds: sub-questions, evidence, an answer
 
     def flagged(self, *flags: Flag, note: str | None = None) -> Ranking:
         merged = list(dict.fromkeys([*self.flags, *flags]))
@@ -85,10 +90,13 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     doc_ranker: DocRankerName = "lexical"
-    chunk_ranker: RankerName = "lexical"
+    chunk_ranker: ChunkRankerName = "lexical"
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
-    models: dict[Stage, str] = {"documents": "gpt-5-mini", "segments": "gpt-5-mini", "rerank": "gpt-5-mini"}
+    models: dict[Stage, str] = {
+        "documents": "gpt-5-mini", "segments": "gpt-5-mini", "rerank": "gpt-5-mini",
+        "embeddings": "hashed", "evidence": "gpt-5-mini",
+    }  # fmt: skip
     max_output_tokens: int | None = None
     top_n: int = Field(5, ge=1)
     segment_top_k: int = Field(10, ge=1)
@@ -96,6 +104,14 @@ class RunConfig(BaseModel):
     prior: str | None = None  # the prior model: "<uri>#<sha256>"
     cascade_threshold: float | None = None  # None: the model's own, set when it was fitted
     fuse_weights: tuple[float, float] = (1.0, 1.0)  # prior, LLM
+    icl: dict[Task, int] = {}  # in-context examples per task (0 or absent: none)
+    icl_index: str | None = None  # the example store: "<uri>#<sha256>"
+    prefilter_keep: int | None = None  # keep this many chunks (BM25 + dense) before any LLM
+    dense: str = "lsa"  # dense scores of the hybrid ranker and the pre-filter: lsa, or an embedder
+    evidence_rounds: int = Field(3, ge=1, le=5)
+    evidence_strictness: Literal["strict", "lenient"] = "strict"
+    evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
+    evidence_granularity: Literal["granularity_coarse", "granularity_fine"] = "granularity_coarse"
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
@@ -104,7 +120,21 @@ class RunConfig(BaseModel):
         return self.doc_ranker if task == "documents" else self.chunk_ranker
 
     def uses_llm(self, task: Task) -> bool:
-        return self.ranker_for(task) in ("llm", "cascade", "fuse")
+        return self.ranker_for(task) not in ("lexical", "prior", "hybrid")
+
+    def paid_stages(self) -> set[Stage]:
+        """The stages whose model is called through the gateway (and so must have a price)."""
+        stages: set[Stage] = set()
+        if self.uses_llm("documents"):
+            stages.add("documents")
+        if self.chunk_ranker == "evidence":
+            stages.add("evidence")
+        elif self.uses_llm("chunks"):
+            stages |= {"segments", "rerank"}
+        local = ("hashed", "minilm", "lsa")
+        if (any(self.icl.values()) and self.models["embeddings"] not in local) or self.dense not in local:
+            stages.add("embeddings")
+        return stages
 
 
 def job_id(query: Query, config: RunConfig) -> str:
@@ -125,6 +155,7 @@ class SegmentOutcome(BaseModel):
     calls: list[CallRecord] = []
     error: str | None = None
     budget_exhausted: bool = False  # stopped by the run's budget: the query stays pending
+    details: dict = {}
 
 
 class JobResult(BaseModel):

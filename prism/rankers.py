@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from prism import prompts
+from prism.embeddings import embedder
+from prism.hybrid import HybridRanker, rrf
+from prism.icl import ExampleStore, examples_for
 from prism.lexical import LexicalRanker
 from prism.llm import Gateway
 from prism.models import Ranking, RunConfig, Stage
@@ -33,13 +36,15 @@ class LlmRanker:
         model: str,
         fallback: Ranker,
         max_output_tokens: int | None = None,
+        examples: Callable[[str], str] | None = None,
     ):
         self.gateway, self.prompt, self.stage, self.model = gateway, prompt, stage, model
-        self.fallback, self.max_output_tokens = fallback, max_output_tokens
+        self.fallback, self.max_output_tokens, self.examples = fallback, max_output_tokens, examples
 
     def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking:
         n, want = len(candidates), min(top_k, len(candidates))
-        messages = self.prompt.messages(question, list(candidates), want)
+        shots = self.examples(question) if self.examples else ""
+        messages = self.prompt.messages(question, list(candidates), want, examples=shots)
         reply = self._ask(messages)
         flags: list = []
         try:
@@ -104,10 +109,7 @@ class FuseRanker:
         n = len(candidates)
         prior = self.prior.rank(question, candidates, n)
         llm = self.llm.rank(question, candidates, n)
-        score = [0.0] * n
-        for weight, ranking in zip(self.weights, (prior, llm)):
-            for position, i in enumerate(ranking.indices):
-                score[i] += weight / (self.k + position + 1)
+        score = rrf([prior.indices, llm.indices], self.weights, self.k)
         order = sorted(range(n), key=lambda i: (-score[i], prior.indices.index(i)))[:top_k]
         return Ranking(
             indices=order, scores=[round(score[i], 6) for i in order], flags=llm.flags, answered_by="fuse",
@@ -115,22 +117,41 @@ class FuseRanker:
         )  # fmt: skip
 
 
-def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None, prior: DocPrior | None = None) -> Ranker:
+def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None, prior: DocPrior | None = None, examples: ExampleStore | None = None) -> Ranker:  # fmt: skip
     """The ranker a run's config asks for at one stage (documents, segments or rerank)."""
+    from prism.strategies.agents import Agent, ChunkAgents, DocumentAgents
+    from prism.strategies.evidence import EvidenceRanker, Levers
+
     task = "documents" if stage == "documents" else "chunks"
     lexical = document_lexical_ranker() if task == "documents" else LexicalRanker()
     kind = config.ranker_for(task)
     if kind == "lexical":
         return lexical
+    if kind == "hybrid":
+        return HybridRanker(config.dense if config.dense == "lsa" else embedder(config.dense, gateway))
     if kind in ("prior", "cascade", "fuse") and prior is None:
         raise ValueError(f"the documents ranker is {kind!r} but no prior model is loaded")
     if kind == "prior":
         return prior
     if gateway is None:
         raise ValueError(f"the {task} ranker is {kind!r}, which asks an LLM, but no LLM endpoint is configured")
+    agent_stage = "evidence" if kind == "evidence" else stage
+    agent = Agent(gateway, agent_stage, config.models[agent_stage], config.max_output_tokens)
+    if kind == "agents":
+        return DocumentAgents(agent)
+    if kind in ("a1", "a2", "a3", "a4"):
+        return ChunkAgents(kind, agent)
+    if kind == "evidence":
+        levers = Levers(config.evidence_rounds, config.evidence_strictness, config.evidence_focus, config.evidence_granularity)
+        return EvidenceRanker(agent, levers)
     variant = config.doc_prompt if task == "documents" else config.chunk_prompt
     fallback = prior if task == "documents" and prior is not None else lexical
-    llm = LlmRanker(gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.max_output_tokens)
+    shots = None
+    if config.icl.get(task):
+        if examples is None:
+            raise ValueError(f"in-context examples are on for {task} but no example store is loaded")
+        shots = examples_for(examples, embedder(config.models["embeddings"], gateway), config.icl[task])
+    llm = LlmRanker(gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.max_output_tokens, shots)
     if kind == "cascade":
         threshold = config.cascade_threshold if config.cascade_threshold is not None else prior.threshold
         return CascadeRanker(prior, llm, threshold)

@@ -21,7 +21,7 @@ from rich.table import Table
 import redis
 from amqp.exceptions import ChannelError
 
-from prism.models import DocRankerName, Failure, PromptVariant, RankerName, RunManifest, Usage
+from prism.models import ChunkRankerName, DocRankerName, Failure, PromptVariant, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer.plan import Plan, RunSpec, plan_run
 from producer.report import RunState, cost_report, finalize, run_metrics
@@ -30,7 +30,7 @@ from workers.app import make_app
 from workers.budget import RunBudget
 from workers.embedded import embedded_worker
 from workers.metrics import FleetCollector
-from workers.priors import PACKAGED, read_prior, with_prior
+from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings
 from workers.store import RunLayout, get_model, open_input, open_store, put_model
 
@@ -42,7 +42,7 @@ InputArg = Annotated[Optional[str], typer.Argument(help="JSONL input (plain or .
 RunIdOpt = Annotated[Optional[str], typer.Option("--run-id", help="Reuse a run id; default: a new one.")]
 ResultsOpt = Annotated[Optional[str], typer.Option("--results", help="Results folder or s3://bucket/prefix (PRISM_RESULTS).")]
 DocRankerOpt = Annotated[Optional[DocRankerName], typer.Option("--doc-ranker", help="llm, lexical, prior, cascade or fuse (PRISM_DOC_RANKER).")]
-ChunkRankerOpt = Annotated[Optional[RankerName], typer.Option("--chunk-ranker", help="llm or lexical (PRISM_CHUNK_RANKER).")]
+ChunkRankerOpt = Annotated[Optional[ChunkRankerName], typer.Option("--chunk-ranker", help="llm, lexical, hybrid, a1-a4 or evidence (PRISM_CHUNK_RANKER).")]
 DocPromptOpt = Annotated[Optional[PromptVariant], typer.Option("--doc-prompt", help="p1..p4 (PRISM_DOC_PROMPT).")]
 ChunkPromptOpt = Annotated[Optional[PromptVariant], typer.Option("--chunk-prompt", help="p1..p4 (PRISM_CHUNK_PROMPT).")]
 TopNOpt = Annotated[Optional[int], typer.Option("--top-n", help="Chunks in the final ranking (PRISM_TOP_N).")]
@@ -66,6 +66,9 @@ def run(
     top_n: TopNOpt = None,
     limit: LimitOpt = None,
     budget_usd: BudgetOpt = None,
+    icl_documents: Annotated[Optional[int], typer.Option(help="In-context examples per document prompt (PRISM_ICL_DOCUMENTS).")] = None,  # fmt: skip
+    icl_chunks: Annotated[Optional[int], typer.Option(help="In-context examples per chunk prompt (PRISM_ICL_CHUNKS).")] = None,  # fmt: skip
+    prefilter: Annotated[Optional[int], typer.Option(help="Keep this many chunks per filing by BM25 + dense fusion (PRISM_PREFILTER_KEEP).")] = None,  # fmt: skip
     fresh: Annotated[bool, typer.Option("--fresh", help="Rank every query, even those an earlier run ranked with the same job id.")] = False,  # fmt: skip
     wait: WaitOpt = True,
     timeout: TimeoutOpt = None,
@@ -76,8 +79,13 @@ def run(
     already has results ranks only what it is missing.
     """
     settings = Settings()
-    config = settings.run_config(doc_ranker=doc_ranker, chunk_ranker=chunk_ranker, doc_prompt=doc_prompt, chunk_prompt=chunk_prompt, top_n=top_n)  # fmt: skip
-    config = with_prior(config, settings)
+    if icl_documents is not None or icl_chunks is not None:
+        settings = settings.model_copy(update={"icl_documents": icl_documents or settings.icl_documents, "icl_chunks": icl_chunks or settings.icl_chunks})  # fmt: skip
+    config = settings.run_config(
+        doc_ranker=doc_ranker, chunk_ranker=chunk_ranker, doc_prompt=doc_prompt, chunk_prompt=chunk_prompt, top_n=top_n,
+        prefilter_keep=prefilter,
+    )  # fmt: skip
+    config = with_examples(with_prior(config, settings), settings)
     spec = RunSpec(
         run_id=run_id or datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3),
         input=input or str(files("prism").joinpath("data", "sample.jsonl.gz")), results=results or settings.results,
@@ -106,6 +114,37 @@ def enqueue(
 ) -> None:
     """Plan and enqueue a run on the fleet; print its run id and return."""
     run(input, run_id, results, doc_ranker, chunk_ranker, doc_prompt, chunk_prompt, top_n, limit, budget_usd, wait=False)
+
+
+icl_app = typer.Typer(help="In-context examples: the FAISS store of training questions and their rankings.", no_args_is_help=True)
+app.add_typer(icl_app, name="icl")
+
+
+@icl_app.command("build")
+def icl_build(
+    input: Annotated[str, typer.Argument(help="Training rows with qrels (document or chunk rows).")],
+    out: Annotated[str, typer.Option("--out", help="Folder or s3:// prefix to write the store to.")],
+    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Files whose rows must not become examples (evaluation rows).")] = None,  # fmt: skip
+    embedder_name: Annotated[Optional[str], typer.Option("--embedder", help="hashed, minilm, or an embeddings model (PRISM_EMBEDDER).")] = None,  # fmt: skip
+) -> None:
+    """Embed every training question with its gold ranking into a FAISS index, saved as plain
+    files with a checksum. API embeddings go through the gateway and are priced."""
+    from prism.embeddings import embedder as make_embedder
+    from prism.icl import ExampleStore
+    from prism.llm import recording
+
+    settings = Settings()
+    held_out = [q for path in exclude or [] for q in _read(path, settings)]
+    ids, questions = {q.id for q in held_out}, {q.question for q in held_out}
+    rows = [q for q in _read(input, settings) if q.id not in ids and q.question not in questions]
+    name = embedder_name or settings.embedder
+    with recording() as calls:
+        store = ExampleStore.build(rows, make_embedder(name, runtime.use(settings).gateway))
+    target = open_store(out, settings)
+    for file, data in store.to_files().items():
+        target.put(file, data)
+    usd = sum(c.usd or 0 for c in calls)
+    console.print(f"{store.meta['count']} examples ({len(held_out)} held-out rows excluded), {name} embeddings of {store.meta['dim']} dimensions, {len(calls)} API calls, USD {float(usd):.4f}: {out}")  # fmt: skip
 
 
 @app.command()
@@ -188,9 +227,9 @@ def _check_budget(spec: RunSpec, settings: Settings) -> RunBudget | None:
     if not settings.shared_redis:
         raise typer.BadParameter("a run budget needs Redis: set PRISM_BROKER_URL (or PRISM_REDIS_URL)")
     prices = PriceTable.load(settings.prices_file)
-    for stage, model in spec.config.models.items():
-        task = "documents" if stage == "documents" else "chunks"
-        if spec.config.uses_llm(task) and prices.usd(model, Usage(prompt_tokens=1000)) is None:
+    for stage in spec.config.paid_stages():
+        model = spec.config.models[stage]
+        if prices.usd(model, Usage(prompt_tokens=1000)) is None:
             raise typer.BadParameter(f"model {model!r} has no price, so a budget cannot be kept; add it to PRISM_PRICES_FILE")
     return RunBudget(redis.Redis.from_url(settings.shared_redis), spec.run_id, spec.budget_usd)
 
@@ -218,11 +257,31 @@ def status(run_id: str, results: ResultsOpt = None) -> None:
 
 
 @app.command()
-def report(run_id: str, results: ResultsOpt = None) -> None:
-    """Rewrite the run's report files from what is stored now, and print the summary."""
-    store, manifest = _open_run(run_id, results)
-    manifest, cost, metrics = finalize(RunState(store, run_id), manifest, manifest.status == "budget_exhausted")
-    _print_summary(manifest, cost, metrics, manifest.config)
+def report(run_ids: Annotated[list[str], typer.Argument(help="One run, or several to compare.")], results: ResultsOpt = None) -> None:
+    """Rewrite each run's report (markdown and PNG plots, in the run's folder) from what is
+    stored now; for several runs, also a comparison in reports/<time>/ (mean, SD, CV, 95% CI,
+    Welch's t-test per configuration)."""
+    from producer import analysis
+
+    runs, store = {}, None
+    for run_id in run_ids:
+        store, manifest = _open_run(run_id, results)
+        state = RunState(store, run_id)
+        manifest, cost, metrics = finalize(state, manifest, manifest.status == "budget_exhausted")
+        runs[run_id] = (manifest, analysis.summarize(state))
+        if len(run_ids) == 1:
+            _print_summary(manifest, cost, metrics, manifest.config)
+    if len(run_ids) > 1:
+        comparison = analysis.compare(runs)
+        folder = "reports/" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        store.put(f"{folder}/comparison.json", json.dumps(comparison, indent=1).encode())
+        text = "# Comparison\n\n" + analysis.markdown(runs, comparison)
+        for name, image in analysis.plots(runs, comparison).items():
+            store.put(f"{folder}/{name}", image)
+            text += f"\n![{name}]({name})\n"
+        store.put(f"{folder}/report.md", text.encode())
+        Console(soft_wrap=True).print(text)
+        console.print(f"written to {store.uri}/{folder}/")
 
 
 @app.command()
@@ -242,15 +301,27 @@ def exporter(port: Annotated[int, typer.Option(help="Port for /metrics.")] = 980
 
 
 @app.command(name="eval")
-def evaluate(run_id: str, results: ResultsOpt = None) -> None:
-    """NDCG@5, MRR@5 and MAP@5 of the run's rankings against the qrels of its input."""
-    store, _ = _open_run(run_id, results)
-    metrics = run_metrics(RunState(store, run_id).poll())
-    if not metrics:
-        raise typer.Exit(f"run {run_id} has no qrels to evaluate against")
-    store.put(RunLayout(run_id).file("metrics.json"), json.dumps(metrics, indent=1).encode())
-    Console().print(_metrics_table(metrics))
-    typer.echo(json.dumps(metrics))
+def evaluate(run_ids: Annotated[list[str], typer.Argument(help="One run, or several to compare.")], results: ResultsOpt = None) -> None:
+    """NDCG@5, MRR@5 and MAP@5 per task and over all queries (evidence precision/recall and
+    answer EM/F1 where present); for several runs, statistics per configuration and Welch's
+    t-test. The last line is JSON."""
+    from producer import analysis
+
+    runs = {}
+    for run_id in run_ids:
+        store, manifest = _open_run(run_id, results)
+        summary = analysis.summarize(RunState(store, run_id).poll())
+        if not summary["metrics"]:
+            raise typer.BadParameter(f"run {run_id} has no qrels to evaluate against")
+        store.put(RunLayout(run_id).file("metrics.json"), json.dumps(summary["metrics"], indent=1).encode())
+        runs[run_id] = (manifest, summary)
+        Console().print(_metrics_table({k: v for k, v in summary["metrics"].items() if "ndcg@5" in v}))
+    if len(runs) == 1:
+        typer.echo(json.dumps(next(iter(runs.values()))[1]["metrics"]))
+        return
+    comparison = analysis.compare(runs)
+    Console(soft_wrap=True).print(analysis.markdown(runs, comparison))
+    typer.echo(json.dumps(comparison))
 
 
 prior_app = typer.Typer(help="The learned filing-type prior for document ranking.", no_args_is_help=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from prism.datasets import RowError, read_queries
+from prism.embeddings import embedder
 from prism.models import Failure, JobResult, Query, RunConfig, job_id
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
@@ -109,7 +110,7 @@ def plan_run(
                 continue
             first_line[item.id] = where
             if item.qrel:
-                qrels_file.write(json.dumps({"query_id": item.id, "qrel": item.qrel}).encode() + b"\n")
+                qrels_file.write(json.dumps({"query_id": item.id, "qrel": item.qrel, "answer": item.answer}).encode() + b"\n")
             state = _plan_query(item, source, spec, store, layout, counter, plan, finished, budget_spent)
             plan_file.write(json.dumps({"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}).encode() + b"\n")  # fmt: skip
             on_query(plan)
@@ -155,7 +156,9 @@ def _plan_query(q: Query, source: str, spec: RunSpec, store: Store, layout: RunL
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
         return "enqueued"
     budget = spec.config.segment_tokens
-    data = chunks.prepare(q.question, q.candidates, counter, budget)
+    keep = spec.config.prefilter_keep
+    dense = spec.config.dense if spec.config.dense == "lsa" else embedder(spec.config.dense)
+    data = chunks.prepare(q.question, q.candidates, counter, budget, keep, dense)
     key = layout.input(q.id)
     put_model(store, key, data)  # stored before the jobs that read it are enqueued
     level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)

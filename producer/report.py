@@ -188,8 +188,18 @@ def finalize(state: RunState, manifest: RunManifest, budget_spent: bool = False)
     store.put(layout.file("failures.jsonl"), ("\n".join(lines) + "\n" if lines else "").encode())
     store.put(layout.file("pending.jsonl"), "".join(json.dumps(p) + "\n" for p in pending).encode())
     store.put(layout.file("cost.json"), json.dumps(cost, indent=1).encode())
+    from producer import analysis  # it builds on this module
+
+    summary = analysis.summarize(state)
+    metrics = summary["metrics"]
     store.put(layout.file("metrics.json"), json.dumps(metrics, indent=1).encode())
-    store.put(layout.file("report.md"), markdown(manifest, cost, metrics, state).encode())
+    store.put(layout.file("summary.json"), json.dumps(summary, indent=1).encode())
+    runs = {layout.run_id: (manifest, summary)}
+    text = markdown(manifest, cost, metrics, state) + "\n" + analysis.markdown(runs, None)
+    for name, image in analysis.plots(runs, None).items():
+        store.put(layout.file(name), image)
+        text += f"\n![{name}]({name})\n"
+    store.put(layout.file("report.md"), text.encode())
     put_model(store, layout.file("manifest.json"), manifest)
     return manifest, cost, metrics
 
@@ -217,7 +227,8 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
     if metrics:
         out += ["", "## Metrics (k = 5)", "", "| task | queries | NDCG@5 | MRR@5 | MAP@5 | missing |", "|---|---:|---:|---:|---:|---:|"]
         for task, m in metrics.items():
-            out.append(f"| {task} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} | {m['missing']} |")
+            if "ndcg@5" in m:
+                    out.append(f"| {task} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} | {m['missing']} |")
     flags = Counter(f for r in state.results.values() for f in r.ranking.flags)
     if flags:
         out += ["", "## Flags", "", *(f"- {flag}: {n} queries" for flag, n in sorted(flags.items()))]

@@ -15,6 +15,7 @@ import structlog
 from botocore.exceptions import BotoCoreError
 from celery import chord, shared_task
 
+from prism import icl
 from prism.llm import BudgetExhausted, RateLimited, recording, spending
 from prism.models import CallRecord, Ranking, SegmentOutcome
 from prism.strategies import chunks
@@ -58,7 +59,7 @@ def rank_documents(self, message: dict) -> None:
     with recording() as calls:
         try:
             try:
-                with spending(rt.budget(job)):
+                with spending(rt.budget(job)), icl.about(job.query_id):
                     ranking = rt.ranker(job, "documents").rank(job.question, job.candidates, len(job.candidates))
             except BudgetExhausted:
                 rt.save_skipped(job, job.carried + calls)
@@ -83,7 +84,7 @@ def rank_segment(self, message: dict) -> dict:
     with recording() as calls:
         try:
             data = rt.chunk_input(seg.job)
-            with spending(rt.budget(seg.job)):
+            with spending(rt.budget(seg.job)), icl.about(seg.job.query_id):
                 outcome = chunks.rank_segment(rt.ranker(seg.job, "segments"), data, seg.indices, seg.k, seg.level, seg.number)
         except BudgetExhausted:
             outcome = SegmentOutcome(level=seg.level, segment=seg.number, calls=list(calls), budget_exhausted=True)
@@ -124,7 +125,7 @@ def aggregate_segments(self, outcomes: list[dict], message: dict) -> None:
                 return
             if isinstance(step, chunks.Pool):
                 try:
-                    with spending(rt.budget(job)):
+                    with spending(rt.budget(job)), icl.about(job.query_id):
                         final = chunks.rerank(rt.ranker(job, "rerank"), data, step, config.top_n, current, level + 1)
                 except BudgetExhausted:
                     rt.save_skipped(job, spent(calls))

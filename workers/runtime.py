@@ -23,7 +23,7 @@ from workers import metrics
 from workers.budget import RunBudget
 from workers.cache import TieredCache
 from workers.limiter import FleetLimiter
-from workers.priors import prior_for
+from workers.priors import examples_for_run, prior_for
 from workers.settings import Settings
 from workers.store import RunLayout, Store, get_model, open_store, put_model
 
@@ -72,7 +72,7 @@ class Runtime:
     def ranker(self, job: Job, stage: Stage) -> Ranker:
         key = (job.config.fingerprint(), stage)
         if key not in self._rankers:
-            self._rankers[key] = build_ranker(job.config, stage, self.gateway, prior_for(job.config))
+            self._rankers[key] = build_ranker(job.config, stage, self.gateway, prior_for(job.config), examples_for_run(job.config))
         return self._rankers[key]
 
     def chunk_input(self, job: ChunkJob) -> ChunkInput:

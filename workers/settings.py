@@ -17,7 +17,7 @@ from prism.llm import Endpoint, RetryPolicy
 from prism.models import PromptVariant, RunConfig, Stage
 from workers.limiter import ModelLimits
 
-STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank")
+STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank", "embeddings", "evidence")
 
 
 class EndpointOverride(BaseModel):
@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     llm_api_version: str | None = None
     llm_model: str = "gpt-5-mini"
     llm_models: dict[Stage, str] = {}  # per-stage models, e.g. {"segments": "gpt-5"}
+    embedder: str = "hashed"  # hashed ($0, offline), minilm ([local] extra), or an embeddings model name
     llm_endpoints: dict[Stage, EndpointOverride] = {}  # per-stage endpoints
     llm_timeout_s: float = 120.0
     llm_max_attempts: int = 6
@@ -68,12 +69,21 @@ class Settings(BaseSettings):
     max_requeues: int = 3
 
     # the method
-    doc_ranker: Literal["auto", "llm", "lexical", "prior", "cascade", "fuse"] = "auto"  # auto: cascade with an LLM, else prior
+    doc_ranker: Literal["auto", "llm", "lexical", "prior", "cascade", "fuse", "agents"] = "auto"  # auto: cascade with an LLM, else prior
     doc_prior: str | None = None  # the prior model (a folder or s3:// prefix); default: the one shipped
     cascade_threshold: float | None = None  # default: the model's own (set for a share of queries when fitted)
-    chunk_ranker: Literal["auto", "llm", "lexical"] = "auto"
+    chunk_ranker: Literal["auto", "llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"] = "auto"
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
+    icl_documents: int = 0  # in-context examples per document prompt (the method: 5, 10 or 15)
+    icl_chunks: int = 0
+    icl_index: str | None = None  # the example store (prism icl build); a folder or s3:// prefix
+    prefilter_keep: int | None = None  # keep this many chunks per filing by BM25 + dense fusion
+    dense: str = "lsa"  # the dense half of that fusion: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
+    evidence_rounds: int = 3
+    evidence_strictness: Literal["strict", "lenient"] = "strict"
+    evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
+    evidence_granularity: Literal["granularity_coarse", "granularity_fine"] = "granularity_coarse"
     top_n: int = 5
     segment_top_k: int = 10
     segment_tokens: int = 32_000
@@ -112,11 +122,18 @@ class Settings(BaseSettings):
         fields = {
             "doc_ranker": doc_ranker, "chunk_ranker": chunk_ranker, "cascade_threshold": self.cascade_threshold,
             "doc_prompt": self.doc_prompt, "chunk_prompt": self.chunk_prompt,
-            "models": {s: self.llm_models.get(s, self.llm_model) for s in STAGES},
+            "models": {s: self.llm_models.get(s, self.embedder if s == "embeddings" else self.llm_model) for s in STAGES},
             "max_output_tokens": self.llm_max_output_tokens, "top_n": self.top_n,
             "segment_top_k": self.segment_top_k, "segment_tokens": self.segment_tokens,
+            "icl": {t: k for t, k in (("documents", self.icl_documents), ("chunks", self.icl_chunks)) if k},
+            "prefilter_keep": self.prefilter_keep, "dense": self.dense,
+            "evidence_rounds": self.evidence_rounds, "evidence_strictness": self.evidence_strictness,
+            "evidence_focus": self.evidence_focus, "evidence_granularity": self.evidence_granularity,
         }  # fmt: skip
-        return RunConfig(**(fields | {k: v for k, v in overrides.items() if v is not None}))
+        fields |= {k: v for k, v in overrides.items() if v is not None}
+        if fields["chunk_ranker"] == "evidence" and not fields["prefilter_keep"]:
+            fields["prefilter_keep"] = 20  # the rounds read every candidate: narrow a filing first
+        return RunConfig(**fields)
 
     def endpoints(self) -> dict[Stage, Endpoint]:
         base = Endpoint(

@@ -16,6 +16,7 @@ from itertools import zip_longest
 
 from pydantic import BaseModel
 
+from prism.hybrid import prefilter
 from prism.llm import ContextTooLong, Deferred, recording
 from prism.models import Flag, Ranking, SegmentOutcome
 from prism.rankers import Ranker
@@ -32,18 +33,21 @@ class ChunkInput(BaseModel):
     costs: list[int]  # prompt tokens per chunk, marker included
     truncated: list[int] = []  # chunks cut to fit the budget
     exact_counts: bool = True
+    origin: list[int] | None = None  # after a pre-filter: each kept chunk's index in the filing
 
 
-def prepare(question: str, chunks: Sequence[str], counter: TokenCounter, budget: int) -> ChunkInput:
-    """Count every chunk's tokens and cut any chunk that alone would overflow a segment."""
-    texts, truncated = list(chunks), []
+def prepare(question: str, chunks: Sequence[str], counter: TokenCounter, budget: int, keep: int | None = None, dense="lsa") -> ChunkInput:  # fmt: skip
+    """Keep the best ``keep`` chunks by BM25 + dense fusion when asked, count every chunk's
+    tokens, and cut any chunk that alone would overflow a segment."""
+    origin = prefilter(question, chunks, keep, dense) if keep and len(chunks) > keep else None
+    texts, truncated = ([chunks[i] for i in origin] if origin else list(chunks)), []
     costs = [n + MARKER_TOKENS for n in counter.count_many(texts)]
     for i, cost in enumerate(costs):
         if cost > budget:
             texts[i] = counter.truncate(texts[i], budget - MARKER_TOKENS)
             costs[i] = budget
             truncated.append(i)
-    return ChunkInput(question=question, chunks=texts, costs=costs, truncated=truncated, exact_counts=counter.exact)
+    return ChunkInput(question=question, chunks=texts, costs=costs, truncated=truncated, exact_counts=counter.exact, origin=origin)
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ def rank_segment(ranker: Ranker, data: ChunkInput, segment: Sequence[int], k: in
     return SegmentOutcome(
         level=level, segment=number, started_at=started, indices=indices, flags=ranking.flags,
         notes=[f"segment {level}.{number}: {n}" for n in ranking.notes], calls=calls,
+        details=_positions(ranking.details, list(segment)),
     )  # fmt: skip
 
 
@@ -122,7 +127,7 @@ def after_level(outcomes: Sequence[SegmentOutcome], data: ChunkInput, top_n: int
     if not done:
         raise AllSegmentsFailed("; ".join(f"segment {o.level}.{o.segment}: {o.error}" for o in outcomes))
     if level == 0 and len(outcomes) == 1:
-        return Ranking(indices=done[0].indices[:top_n])
+        return Ranking(indices=done[0].indices[:top_n], details=done[0].details)
     pool = sorted({i for o in done for i in o.indices})
     if sum(data.costs[i] for i in pool) <= budget:
         return Pool(pool)
@@ -134,17 +139,30 @@ def after_level(outcomes: Sequence[SegmentOutcome], data: ChunkInput, top_n: int
 
 
 def finish(indices: list[int], outcomes: Sequence[SegmentOutcome], data: ChunkInput) -> Ranking:
-    """The final ranking with every segment's flags and notes, and why it may be incomplete."""
+    """The final ranking in the filing's own chunk numbers, with every segment's flags and
+    notes, why it may be incomplete, and the last strategy details."""
     flags: list[Flag] = [f for o in outcomes for f in o.flags]
     notes = [n for o in outcomes for n in o.notes]
     failed = [o for o in outcomes if o.error]
     if failed:
         flags.append("degraded")
         notes += [f"segment {o.level}.{o.segment} failed: {o.error}" for o in failed]
+    origin = data.origin or list(range(len(data.chunks)))
     if data.truncated:
         flags.append("truncated")
-        notes.append(f"chunks cut to fit the segment budget: {data.truncated}")
-    return Ranking(indices=indices, flags=list(dict.fromkeys(flags)), notes=notes)
+        notes.append(f"chunks cut to fit the segment budget: {[origin[i] for i in data.truncated]}")
+    details = next((o.details for o in reversed(outcomes) if o.details), {})
+    return Ranking(
+        indices=[origin[i] for i in indices], flags=list(dict.fromkeys(flags)), notes=notes,
+        details=_positions(details, origin),
+    )  # fmt: skip
+
+
+def _positions(details: dict, mapping: list[int]) -> dict:
+    """Details whose "evidence" indices are read through ``mapping`` (segment -> filing)."""
+    if "evidence" not in details:
+        return details
+    return details | {"evidence": [mapping[i] for i in details["evidence"]]}
 
 
 def rerank(ranker: Ranker, data: ChunkInput, pool: Pool, top_n: int, outcomes: Sequence[SegmentOutcome], level: int) -> SegmentOutcome:

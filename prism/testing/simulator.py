@@ -52,6 +52,7 @@ class Simulator:
     def __init__(self, config: SimulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0):
         self.config = config or SimulatorConfig()
         self.grades: dict[str, dict[str, int]] = {}  # question -> candidate fingerprint -> grade
+        self.answers: dict[str, str] = {}  # question -> reference answer
         self.stats: Counter[str] = Counter()
         self.requests: deque[dict] = deque(maxlen=1000)  # model, stage hints and outcome of recent requests
         self._script: deque[str] = deque()
@@ -70,6 +71,8 @@ class Simulator:
 
     def add_queries(self, queries: Iterable[Query]) -> None:
         for q in queries:
+            if q.answer:
+                self.answers[q.question] = q.answer
             if q.qrel:
                 table = self.grades.setdefault(q.question, {})
                 for i, grade in q.qrel.items():
@@ -201,21 +204,91 @@ class Simulator:
                 return False, headers
             return True, headers
 
+    def embeddings(self, body: dict) -> tuple[int, dict, dict[str, str], float]:
+        """Embeddings by the offline hashed embedder: deterministic, and close for close texts."""
+        from prism.embeddings import local_embedder
+
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else list(texts or [])
+        with self._lock:
+            self.stats["requests"] += 1
+            self.stats["embedding_requests"] += 1
+        vectors = local_embedder("hashed").embed(texts) if texts else []
+        tokens = sum(self._tokens.count_many(texts)) if texts else 0
+        self._note(body, "ok")
+        return 200, {
+            "object": "list", "model": body.get("model", "simulator"),
+            "data": [{"object": "embedding", "index": i, "embedding": [float(x) for x in v]} for i, v in enumerate(vectors)],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }, {}, self.config.latency_s  # fmt: skip
+
     def _rank(self, messages: list[dict], text: str, rng: random.Random) -> str:
+        shape = re.search(r"Reply format: ([\w-]+)", text)
+        if shape and shape.group(1) == "subquestions-json":
+            question = next((m["content"] for m in messages if m.get("role") == "user"), "").removeprefix("Question: ").strip()
+            return json.dumps({"sub_questions": [question]})
+        if shape and shape.group(1) == "answer-json":
+            return json.dumps({"answer": self._answer(text)})
         prompt = next((m["content"] for m in messages if any(mk.format(0) in (m.get("content") or "") for mk in MARKERS.values())), None)
         if prompt is None:
             return "There are no numbered candidates to rank."
         task, question, candidates = split_prompt(prompt)
-        wanted = re.findall(r"exactly (\d+)", text)
-        n = min(int(wanted[-1]), len(candidates)) if wanted else len(candidates)
         if self.config.mode == "oracle":
-            order = self._oracle(question, candidates, rng)
+            scores = self._oracle(question, candidates, rng)
         else:
             ranker = document_lexical_ranker() if task == "documents" else LexicalRanker()
-            order = ranker.rank(question, candidates, len(candidates)).indices
+            ranking = ranker.rank(question, candidates, len(candidates))
+            scores = [0.0] * len(candidates)
+            for position, i in enumerate(ranking.indices):
+                scores[i] = len(candidates) - position
+        order = sorted(range(len(candidates)), key=lambda i: scores[i], reverse=True)
+        if shape:
+            return self._json_reply(shape.group(1), text, candidates, scores, order, question)
+        wanted = re.findall(r"exactly (\d+)", text)
+        n = min(int(wanted[-1]), len(candidates)) if wanted else len(candidates)
         return str(order[:n])
 
-    def _oracle(self, question: str, candidates: list[str], rng: random.Random) -> list[int]:
+    def _json_reply(self, shape: str, text: str, candidates: list[str], scores: list, order: list[int], question: str) -> str:
+        """The agent roles' JSON, from the same scores the ranking replies use."""
+        top, low = max(scores), min(scores)
+        spread = (top - low) or 1
+        if shape == "scores-json":
+            return json.dumps({"scores": [{"index": i, "score": round(1 + 9 * (scores[i] - low) / spread, 2), "reasoning": "simulated"} for i in range(len(candidates))]})  # fmt: skip
+        if shape == "weights-json":
+            from prism.models import FILING_TYPES
+
+            raw = [max(0.0, (scores[i] - low) / spread) for i in range(len(candidates))] if len(candidates) == 5 else [1] * 5
+            share = [0.1 + 0.5 * r / (sum(raw) or 1) for r in raw]
+            return json.dumps({"weights": {t: w / sum(share) for t, w in zip(FILING_TYPES, share)}})
+        if shape == "keep-json":
+            bounds = re.search(r"Keep between (\d+) and (\d+)", text)
+            keep = int(bounds.group(2)) if bounds else len(candidates)
+            return json.dumps({"keep": sorted(order[:keep])})
+        picked = re.findall(r"Picked so far: (\[[\d, ]*\])", text)
+        picked = json.loads(picked[-1]) if picked else []
+        if self.config.mode == "oracle":
+            relevant = [i for i in order if scores[i] >= 1]
+        else:
+            relevant = order[:2]
+        if shape == "select-json":
+            return json.dumps({"selected": relevant[:1] if relevant else []})
+        if shape == "add-json":
+            return json.dumps({"add": [i for i in relevant if i not in picked]})
+        return "{}"
+
+    def _answer(self, text: str) -> str:
+        """The reference answer when a relevant passage is in the evidence; else a shrug."""
+        question = re.search(r"Question: (.*?)\n\nEvidence:", text, re.S)
+        question = question.group(1).strip() if question else ""
+        table = self.grades.get(question, {})
+        passages = re.findall(r"\[Passage \d+\] (.*?)(?=\n\n\[Passage \d+\] |\Z)", text, re.S)
+        if self.config.mode == "oracle" and any(table.get(_fingerprint(p), 0) > 0 for p in passages):
+            return self.answers.get(question, "The evidence settles it.")
+        return passages[0][:200] if passages else "The evidence does not settle it."
+
+    def _oracle(self, question: str, candidates: list[str], rng: random.Random) -> list[float]:
+        """Each candidate's grade, replaced by a random one with probability ``noise``; a
+        tiny random part breaks ties."""
         table = self.grades.get(question, {})
         top = max(table.values(), default=0)
         scores = []
@@ -223,8 +296,8 @@ class Simulator:
             grade = table.get(_fingerprint(text), 0)
             if rng.random() < self.config.noise:
                 grade = rng.uniform(0, top)
-            scores.append((grade, rng.random()))
-        return sorted(range(len(candidates)), key=lambda i: scores[i], reverse=True)
+            scores.append(grade + rng.random() * 1e-6)
+        return scores
 
     def _note(self, body: dict, outcome: str) -> None:
         with self._lock:
@@ -252,7 +325,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
-            if not self.path.rstrip("/").endswith("/chat/completions"):
+            route = self.path.rstrip("/")
+            if not route.endswith(("/chat/completions", "/embeddings")):
                 self._send(404, _error(f"no route {self.path}", None))
                 return
             try:
@@ -260,7 +334,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(400, _error("body is not JSON", None))
                 return
-            status, payload, headers, delay = sim.answer(body)
+            answer = sim.embeddings if route.endswith("/embeddings") else sim.answer
+            status, payload, headers, delay = answer(body)
             if delay:
                 time.sleep(delay)
             self._send(status, payload, headers)

