@@ -486,8 +486,10 @@ def _print_summary(manifest: RunManifest, cost: dict, metrics: dict, config) -> 
         usd = savings["usd_saved_estimate"]
         saved = "no LLM document call in this run to price it by" if usd is None else f"about ${float(usd):.4f}"
         out.print(f"documents: {savings['llm_calls_avoided']} answered by the prior, {savings['llm_calls_made']} by the LLM; saved against LLM-only: {saved}")  # fmt: skip
-    if metrics:
-        out.print(_metrics_table(metrics))
+    if ranked := {k: v for k, v in metrics.items() if "ndcg@5" in v}:
+        out.print(_metrics_table(ranked))
+    if evidence := metrics.get("evidence"):
+        out.print(f"evidence ({evidence['queries']} queries): precision {evidence['precision']:.3f}, recall {evidence['recall']:.3f}, answer EM {evidence.get('exact_match', float('nan')):.3f}, token F1 {evidence.get('token_f1', float('nan')):.3f}")  # fmt: skip
     out.print(f"results, manifest, cost.json and report.md: {manifest.results.rstrip('/')}/runs/{manifest.run_id}/")
     if not (config.uses_llm("documents") or config.uses_llm("chunks")):
         by = {"prior": "the learned filing-type prior", "lexical": "BM25"}
