@@ -54,16 +54,21 @@ class ExampleStore:
         meta = {"embedder": embedder.name, "dim": int(vectors.shape[1]), "count": len(rows)}
         return cls(index, examples, meta)
 
-    def nearest(self, vector: np.ndarray, k: int, query_id: str | None, question: str) -> list[dict]:
-        """The k nearest examples, leaving out the query itself and exact duplicates of it."""
+    def nearest(self, vector: np.ndarray, k: int, query_id: str | None, question: str, task: str | None = None) -> list[dict]:
+        """The k nearest examples (of this task, when given), leaving out the query itself and
+        exact duplicates of it."""
         if k <= 0:
             return []
-        found, want = [], k
-        while len(found) < k and want <= 4 * k + 16:
-            _, ids = self.index.search(np.asarray(vector, dtype=np.float32).reshape(1, -1), min(want + 8, self.index.ntotal))
-            same = lambda e: e["id"] == query_id or e["question"].strip() == question.strip()  # noqa: E731
-            found = [self.examples[i] for i in ids[0] if i >= 0 and not same(self.examples[i])][:k]
-            want *= 2
+
+        def usable(e: dict) -> bool:
+            same = e["id"] == query_id or e["question"].strip() == question.strip()
+            return not same and (task is None or e["task"] == task)
+
+        found, want = [], k + 8
+        while len(found) < k and want < 2 * self.index.ntotal + 16:
+            _, ids = self.index.search(np.asarray(vector, dtype=np.float32).reshape(1, -1), min(want, self.index.ntotal))
+            found = [self.examples[i] for i in ids[0] if i >= 0 and usable(self.examples[i])][:k]
+            want *= 4
         return found
 
     @staticmethod
@@ -116,14 +121,14 @@ def about(query_id: str) -> Iterator[None]:
         _query_id.reset(token)
 
 
-def examples_for(store: ExampleStore, embedder: Embedder, k: int) -> Callable[[str], str]:
-    """question -> the prompt text of its k nearest examples."""
+def examples_for(store: ExampleStore, embedder: Embedder, k: int, task: str) -> Callable[[str], str]:
+    """question -> the prompt text of its k nearest examples of this task."""
     if store.meta["embedder"] != embedder.name:
         raise ExampleStoreError(f"the example store was built with the {store.meta['embedder']!r} embedder, not {embedder.name!r}")
 
     def shots(question: str) -> str:
         vector = embedder.embed([question])[0]
-        return store.format(store.nearest(vector, k, _query_id.get(), question))
+        return store.format(store.nearest(vector, k, _query_id.get(), question, task))
 
     return shots
 

@@ -150,7 +150,7 @@ def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None, prior
     if config.icl.get(task):
         if examples is None:
             raise ValueError(f"in-context examples are on for {task} but no example store is loaded")
-        shots = examples_for(examples, embedder(config.models["embeddings"], gateway), config.icl[task])
+        shots = examples_for(examples, embedder(config.models["embeddings"], gateway), config.icl[task], task)
     llm = LlmRanker(gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.max_output_tokens, shots)
     if kind == "cascade":
         threshold = config.cascade_threshold if config.cascade_threshold is not None else prior.threshold

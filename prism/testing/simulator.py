@@ -54,7 +54,7 @@ class Simulator:
         self.grades: dict[str, dict[str, int]] = {}  # question -> candidate fingerprint -> grade
         self.answers: dict[str, str] = {}  # question -> reference answer
         self.stats: Counter[str] = Counter()
-        self.requests: deque[dict] = deque(maxlen=1000)  # model, outcome, time and system prompt of recent requests
+        self.requests: deque[dict] = deque(maxlen=1000)  # model, outcome, time, system prompt and last user message of recent requests
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
         self._tokens = TokenCounter()
@@ -302,9 +302,10 @@ class Simulator:
     def _note(self, body: dict, outcome: str) -> None:
         messages = body.get("messages") or []
         system = next((m.get("content") for m in messages if m.get("role") == "system"), None)
+        user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
         with self._lock:
             self.stats[outcome] += 1
-            self.requests.append({"model": body.get("model"), "outcome": outcome, "at": time.time(), "system": system})
+            self.requests.append({"model": body.get("model"), "outcome": outcome, "at": time.time(), "system": system, "user": user})
 
 
 def _fingerprint(text: str) -> str:

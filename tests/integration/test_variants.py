@@ -75,11 +75,12 @@ def test_in_context_examples_reach_the_prompt_and_never_the_query_itself(tmp_pat
     _, metrics, _, results = run_variant(
         tmp_path, fresh_simulator, mixed_input, "icl", PRISM_ICL_DOCUMENTS="5", PRISM_ICL_INDEX=str(index), PRISM_CHUNK_RANKER="lexical"
     )  # fmt: skip
-    prompts = [r["system"] for r in fresh_simulator.requests if r["system"] and "Worked examples" in r["system"]]
-    assert len(prompts) == 3  # one per document query
+    asked = [r for r in fresh_simulator.requests if r["system"] and "Worked examples" in r["system"]]
+    assert len(asked) == 3  # one per document query
     questions = [q.question for q in __import__("tests.conftest", fromlist=["load"]).load(DOC_DEV, limit=3)]
-    for question, prompt in zip(questions, prompts):
-        examples = prompt.split("Worked examples", 1)[1]
+    for question in questions:  # the workers' order is not the input's: match prompts by question
+        (request,) = [r for r in asked if question in r["user"]]
+        examples = request["system"].split("Worked examples", 1)[1]
         assert examples.count("\n- ") == 5 and question not in examples  # the index holds this very row
 
 

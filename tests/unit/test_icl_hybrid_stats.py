@@ -29,6 +29,18 @@ def test_examples_never_include_the_query_itself_or_its_duplicates(store):
         assert store.nearest(vector, 1, None, "some other text")[0]["id"] == q.id
 
 
+def test_examples_come_from_the_task_asked_for():
+    docs, pages = load(DOC_DEV, limit=40), load(PAGES, limit=6)
+    mixed = ExampleStore.build([*docs, *pages], local_embedder("hashed"))
+    vector = local_embedder("hashed").embed([pages[0].question])[0]
+    # Unfiltered, a page question's nearest examples include page rows; asked for documents, none.
+    assert any(e["task"] == "chunks" for e in mixed.nearest(vector, 5, None, ""))
+    found = mixed.nearest(vector, 5, None, "", task="documents")
+    assert len(found) == 5 and {e["task"] for e in found} == {"documents"}
+    only_pages = mixed.nearest(vector, 10, pages[0].id, pages[0].question, task="chunks")
+    assert {e["id"] for e in only_pages} == {p.id for p in pages[1:]}  # all there are, less the query
+
+
 def test_examples_are_the_gold_rankings_and_round_trip_through_plain_files(store):
     q = load(DOC_DEV, limit=1)[0]
     assert store.examples[0]["answer"] == gold_ranking(q) == sorted(q.qrel, key=lambda i: (-q.qrel[i], i))
