@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from prism.embeddings import Embedder, normalize
+from prism.embeddings import Embedder, embedder, normalize
 from prism.lexical import bm25_scores
 from prism.models import Ranking
 
@@ -44,6 +44,11 @@ def lsa_scores(question: str, texts: Sequence[str], dims: int = 100) -> np.ndarr
         return np.asarray((matrix @ query.T).todense()).ravel()
     svd = TruncatedSVD(k, random_state=0).fit(matrix)
     return (normalize(svd.transform(matrix)) @ normalize(svd.transform(query))[0]).astype(float)
+
+
+def dense_scorer(name: str, gateway=None) -> str | Embedder:
+    """The dense half by its configured name: "lsa", a local embedder, or an API model."""
+    return name if name == "lsa" else embedder(name, gateway)
 
 
 def dense_scores(question: str, texts: Sequence[str], dense: str | Embedder) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from prism import prompts
 from prism.embeddings import embedder
-from prism.hybrid import HybridRanker, rrf
+from prism.hybrid import HybridRanker, dense_scorer, rrf
 from prism.icl import ExampleStore, examples_for
 from prism.lexical import LexicalRanker
 from prism.llm import Gateway
@@ -128,7 +128,7 @@ def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None, prior
     if kind == "lexical":
         return lexical
     if kind == "hybrid":
-        return HybridRanker(config.dense if config.dense == "lsa" else embedder(config.dense, gateway))
+        return HybridRanker(dense_scorer(config.dense, gateway))
     if kind in ("prior", "cascade", "fuse") and prior is None:
         raise ValueError(f"the documents ranker is {kind!r} but no prior model is loaded")
     if kind == "prior":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -17,12 +18,14 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from prism.datasets import RowError, read_queries
-from prism.embeddings import embedder
-from prism.models import Failure, JobResult, Query, RunConfig, job_id
+from prism.hybrid import dense_scorer
+from prism.llm import recording
+from prism.models import Failure, JobResult, Query, RunConfig, Spent, job_id
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from tasks.messages import ChunkJob, DocumentJob
 from tasks.ranking import enqueue_documents, enqueue_level
+from workers import runtime
 from workers.settings import Settings
 from workers.store import RunLayout, Store, get_model, open_input, put_model, s3_client
 
@@ -156,9 +159,11 @@ def _plan_query(q: Query, source: str, spec: RunSpec, store: Store, layout: RunL
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
         return "enqueued"
     budget = spec.config.segment_tokens
-    keep = spec.config.prefilter_keep
-    dense = spec.config.dense if spec.config.dense == "lsa" else embedder(spec.config.dense)
-    data = chunks.prepare(q.question, q.candidates, counter, budget, keep, dense)
+    with recording() as calls:  # a pre-filter on an API embedder is paid: keep its calls
+        data = chunks.prepare(q.question, q.candidates, counter, budget, spec.config.prefilter_keep, dense_scorer(spec.config.dense, runtime.get().gateway))
+    if calls:  # its own key: a resumed run that embeds again adds its calls, never replaces them
+        spent = Spent(run_id=spec.run_id, task="chunks", query_id=q.id, reason="pre-filter embeddings", calls=calls)
+        put_model(store, layout.spent(f"prefilter-{jid}-{uuid.uuid4().hex[:8]}"), spent)
     key = layout.input(q.id)
     put_model(store, key, data)  # stored before the jobs that read it are enqueued
     level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)

@@ -94,6 +94,20 @@ def test_hybrid_ranker_and_prefilter_are_configuration_only(tmp_path, fresh_simu
         assert r["n_candidates"] > 25 and all(0 <= i < r["n_candidates"] for i in r["ranking"]["indices"])
 
 
+def test_prefilter_on_an_api_embedder_is_accounted(tmp_path, fresh_simulator, mixed_input):
+    before = fresh_simulator.stats["embedding_requests"]
+    _, _, cost, results = run_variant(
+        tmp_path, fresh_simulator, mixed_input, "api-dense", PRISM_PREFILTER_KEEP="25", PRISM_DENSE="text-embedding-3-small"
+    )  # fmt: skip
+    served = fresh_simulator.stats["embedding_requests"] - before
+    embeddings = cost["by_stage"]["embeddings"]
+    assert served >= 2 and embeddings["calls"] == served  # both filings embedded, every request counted
+    assert embeddings["prompt_tokens"] > 0 and embeddings["unpriced_calls"] == 0 and float(embeddings["usd"]) > 0
+    assert cost["by_task"]["chunks"]["calls"] == cost["by_stage"]["embeddings"]["calls"] + sum(
+        len(r["calls"]) for r in results if r["task"] == "chunks"
+    )  # fmt: skip
+
+
 def test_repeated_runs_are_compared_per_configuration(tmp_path, fresh_simulator, mixed_input):
     fresh_simulator.config.noise = 0.5
     scores = {}
