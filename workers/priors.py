@@ -3,6 +3,8 @@ folder or s3:// prefix, checked against the checksum the run recorded, once per 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
@@ -16,29 +18,54 @@ from workers.store import open_store
 PACKAGED = str(files("prism").joinpath("data", "doc_prior"))
 
 
-def read_prior(uri: str, settings: Settings) -> DocPrior:
+@dataclass(frozen=True)
+class _Kind:
+    """A model a run pins by checksum: how to read it from its files, and what to call it."""
+
+    load: Callable[[dict[str, bytes]], DocPrior | ExampleStore]
+    files: tuple[str, ...]
+    error: type[ValueError]
+    what: str
+
+
+_PRIOR = _Kind(DocPrior.from_files, (ARRAYS, META), PriorModelError, "prior model")
+_EXAMPLES = _Kind(ExampleStore.from_files, (INDEX, EXAMPLES, ICL_META), ExampleStoreError, "example store")
+
+
+def _read(kind: _Kind, uri: str, settings: Settings):
     store = open_store(uri, settings)
     try:
-        return DocPrior.from_files({name: store.get(name) for name in (ARRAYS, META)})
+        return kind.load({name: store.get(name) for name in kind.files})
     except KeyError as err:
-        raise PriorModelError(f"no prior model at {uri}: {err} is missing") from None
+        raise kind.error(f"no {kind.what} at {uri}: {err} is missing") from None
 
 
 @cache
-def _cached(uri: str, sha: str) -> DocPrior:
+def _pinned(kind: _Kind, ref: str):
+    """The model a run names as "<uri>#<sha256>", read once per process and checked."""
     from workers import runtime
 
-    model = read_prior(uri, runtime.get().settings)
+    uri, _, sha = ref.rpartition("#")
+    model = _read(kind, uri, runtime.get().settings)
     if model.meta["sha256"] != sha:
-        raise PriorModelError(f"the prior model at {uri} is not the one the run was planned with (sha256 {sha[:12]}...)")
+        raise kind.error(f"the {kind.what} at {uri} is not the one the run was planned with (sha256 {sha[:12]}...)")
     return model
 
 
+def read_prior(uri: str, settings: Settings) -> DocPrior:
+    return _read(_PRIOR, uri, settings)
+
+
+def read_examples(uri: str, settings: Settings) -> ExampleStore:
+    return _read(_EXAMPLES, uri, settings)
+
+
 def prior_for(config: RunConfig) -> DocPrior | None:
-    if not config.prior:
-        return None
-    uri, _, sha = config.prior.rpartition("#")
-    return _cached(uri, sha)
+    return _pinned(_PRIOR, config.prior) if config.prior else None
+
+
+def examples_for_run(config: RunConfig) -> ExampleStore | None:
+    return _pinned(_EXAMPLES, config.icl_index) if config.icl_index else None
 
 
 def with_prior(config: RunConfig, settings: Settings) -> RunConfig:
@@ -48,31 +75,6 @@ def with_prior(config: RunConfig, settings: Settings) -> RunConfig:
     uri = settings.doc_prior or PACKAGED
     model = read_prior(uri, settings)
     return config.model_copy(update={"prior": f"{uri}#{model.meta['sha256']}"})
-
-
-def read_examples(uri: str, settings: Settings) -> ExampleStore:
-    store = open_store(uri, settings)
-    try:
-        return ExampleStore.from_files({name: store.get(name) for name in (INDEX, EXAMPLES, ICL_META)})
-    except KeyError as err:
-        raise ExampleStoreError(f"no example store at {uri}: {err} is missing") from None
-
-
-@cache
-def _cached_examples(uri: str, sha: str) -> ExampleStore:
-    from workers import runtime
-
-    examples = read_examples(uri, runtime.get().settings)
-    if examples.meta["sha256"] != sha:
-        raise ExampleStoreError(f"the example store at {uri} is not the one the run was planned with")
-    return examples
-
-
-def examples_for_run(config: RunConfig) -> ExampleStore | None:
-    if not config.icl_index:
-        return None
-    uri, _, sha = config.icl_index.rpartition("#")
-    return _cached_examples(uri, sha)
 
 
 def with_examples(config: RunConfig, settings: Settings) -> RunConfig:
