@@ -14,8 +14,6 @@ SHARED = Path(os.environ.get("PRISM_SHARED_DATA", ROOT.parent / "shared" / "data
 DOC_DEV = SHARED / "finagentbench" / "document_ranking_kaggle_dev.jsonl"
 PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
 
-from prism.datasets import load_queries as load  # noqa: E402 - after the path is set
-
 
 def redis_db(db: int = 12) -> str:
     """A clean Redis DB for the benchmark; Redis must answer on 127.0.0.1:6379."""
@@ -47,7 +45,7 @@ class Fleet:
     def start_workers(self, n: int, concurrency: int = 1, pool: str = "prefork", **env) -> None:
         from workers.testing import WorkerProcess
 
-        for i in range(n):
+        for _i in range(n):
             log = self.workdir / f"worker-{len(self.workers)}.log"
             self.workers.append(WorkerProcess(self.env | env, log, concurrency=concurrency, pool=pool))
 
@@ -70,7 +68,11 @@ class Fleet:
         from workers.testing import prism_cli
 
         started = time.monotonic()
-        done = prism_cli(["run", source, "--results", f"s3://{self.bucket}/prism", "--run-id", run_id, *args], self.env | env, self.workdir)
+        done = prism_cli(
+            ["run", source, "--results", f"s3://{self.bucket}/prism", "--run-id", run_id, *args],
+            self.env | env,
+            self.workdir,
+        )
         wall = time.monotonic() - started
         if done.returncode != 0:
             raise SystemExit(f"prism run failed:\n{done.stderr[-3000:]}")
@@ -80,12 +82,20 @@ class Fleet:
             return json.loads(client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
 
         pages = client.get_paginator("list_objects_v2")
+
         def keys(sub):
-            return [o["Key"] for p in pages.paginate(Bucket=self.bucket, Prefix=f"{base}/{sub}/") for o in p.get("Contents", [])]
+            return [
+                o["Key"]
+                for p in pages.paginate(Bucket=self.bucket, Prefix=f"{base}/{sub}/")
+                for o in p.get("Contents", [])
+            ]
 
         return {
-            "wall_s": wall, "manifest": get(f"{base}/manifest.json"), "cost": get(f"{base}/cost.json"),
-            "results": [get(k) for k in keys("results")], "spent": keys("spent"),
+            "wall_s": wall,
+            "manifest": get(f"{base}/manifest.json"),
+            "cost": get(f"{base}/cost.json"),
+            "results": [get(k) for k in keys("results")],
+            "spent": keys("spent"),
         }
 
     def close(self) -> None:

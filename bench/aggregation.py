@@ -39,12 +39,23 @@ def main() -> None:
             sim.config.noise = noise
             started = time.monotonic()
             with ThreadPoolExecutor(4) as pool:
-                segmented = dict(zip(inputs, pool.map(lambda d: rank_chunks(segments, rerank, d, 5, 10, budget)[0].indices, inputs.values())))
-                single = {q.id: r.indices for q, r in zip(queries, pool.map(lambda q: segments.rank(q.question, q.candidates, 5), queries))}
+                segmented = dict(
+                    zip(
+                        inputs,
+                        pool.map(lambda d: rank_chunks(segments, rerank, d, 5, 10, budget)[0].indices, inputs.values()),
+                    )
+                )
+                single = {
+                    q.id: r.indices
+                    for q, r in zip(queries, pool.map(lambda q: segments.rank(q.question, q.candidates, 5), queries))
+                }
             tag = f"{noise:.1f}".replace(".", "")
             figures[f"segmented_noise{tag}"] = evaluate(segmented, qrels)["ndcg@5"]
             figures[f"single_noise{tag}"] = evaluate(single, qrels)["ndcg@5"]
-            print(f"noise {noise}: segmented {figures[f'segmented_noise{tag}']:.4f}, single-pass {figures[f'single_noise{tag}']:.4f} ({time.monotonic() - started:.0f} s)", flush=True)
+            print(
+                f"noise {noise}: segmented {figures[f'segmented_noise{tag}']:.4f}, single-pass {figures[f'single_noise{tag}']:.4f} ({time.monotonic() - started:.0f} s)",
+                flush=True,
+            )
     figures["ndcg_noise0"] = figures.pop("segmented_noise00")
     figures["single_noise0"] = figures.pop("single_noise00")
     report(**figures)

@@ -36,8 +36,13 @@ def main() -> None:
 
     def record(name: str, rankings: dict[str, list[int]]) -> None:
         values = score(rankings, qrels)
-        figures[f"{name}_ndcg5"], figures[f"{name}_mrr5"], figures[f"{name}_map5"] = (round(values[m], 4) for m in METRICS)
-        print(f"{name}: ndcg@5 {values['ndcg@5']:.4f}, mrr@5 {values['mrr@5']:.4f}, map@5 {values['map@5']:.4f}", flush=True)
+        figures[f"{name}_ndcg5"], figures[f"{name}_mrr5"], figures[f"{name}_map5"] = (
+            round(values[m], 4) for m in METRICS
+        )
+        print(
+            f"{name}: ndcg@5 {values['ndcg@5']:.4f}, mrr@5 {values['mrr@5']:.4f}, map@5 {values['map@5']:.4f}",
+            flush=True,
+        )
 
     order = prior.meta["constant_order"]
     record("constant", {q.id: order for q in rows})
@@ -60,7 +65,13 @@ def main() -> None:
                 figures[f"{name}_llm_fraction"] = round(asked / len(rows), 4)
     figures["cascade_llm_fraction_noise03"] = figures.pop("cascade_noise03_llm_fraction")
     figures["cascade_llm_fraction_noise05"] = figures.pop("cascade_noise05_llm_fraction")
-    keys = ["constant_ndcg5", "prior_ndcg5", "llm_only_ndcg5_noise03", "cascade_ndcg5_noise03", "cascade_llm_fraction_noise03"]
+    keys = [
+        "constant_ndcg5",
+        "prior_ndcg5",
+        "llm_only_ndcg5_noise03",
+        "cascade_ndcg5_noise03",
+        "cascade_llm_fraction_noise03",
+    ]
     rename = {"llm_only_noise03_ndcg5": "llm_only_ndcg5_noise03", "cascade_noise03_ndcg5": "cascade_ndcg5_noise03"}
     figures = {rename.get(k, k): v for k, v in figures.items()}
     report(**{k: figures[k] for k in keys}, **{k: v for k, v in figures.items() if k not in keys})

@@ -45,8 +45,18 @@ def main() -> None:
             fleet.start_workers(1, concurrency=1)
             child = pool_process(fleet.workers[0].proc.pid)
             counter = redis.Redis.from_url(fleet.redis_url)
-            cmd = [str(Path(sys.executable).parent / "prism"), "run", source, "--results", f"s3://{fleet.bucket}/prism", "--run-id", "memory"]  # fmt: skip
-            producer = subprocess.Popen(cmd, env=fleet.env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            cmd = [
+                str(Path(sys.executable).parent / "prism"),
+                "run",
+                source,
+                "--results",
+                f"s3://{fleet.bucket}/prism",
+                "--run-id",
+                "memory",
+            ]
+            producer = subprocess.Popen(
+                cmd, env=fleet.env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
             samples: dict[int, int] = {}
             started = time.monotonic()
             while producer.poll() is None:
@@ -60,8 +70,15 @@ def main() -> None:
                 raise SystemExit(producer.stderr.read()[-3000:])
             elapsed = time.monotonic() - started
             assert pool_process(fleet.workers[0].proc.pid) == child, "the pool process was replaced"
-    print(f"{JOBS} jobs in {elapsed:.0f} s; pool process RSS {samples[EARLY] / 1024:.1f} MiB after {EARLY}, {samples[JOBS] / 1024:.1f} MiB after {JOBS}", flush=True)  # fmt: skip
-    report(rss_ratio=round(samples[JOBS] / samples[EARLY], 3), rss_mib_100=round(samples[EARLY] / 1024, 1), rss_mib_5000=round(samples[JOBS] / 1024, 1))
+    print(
+        f"{JOBS} jobs in {elapsed:.0f} s; pool process RSS {samples[EARLY] / 1024:.1f} MiB after {EARLY}, {samples[JOBS] / 1024:.1f} MiB after {JOBS}",
+        flush=True,
+    )
+    report(
+        rss_ratio=round(samples[JOBS] / samples[EARLY], 3),
+        rss_mib_100=round(samples[EARLY] / 1024, 1),
+        rss_mib_5000=round(samples[JOBS] / 1024, 1),
+    )
 
 
 if __name__ == "__main__":

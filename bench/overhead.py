@@ -39,7 +39,14 @@ def baseline(sim: Simulator, documents, pages) -> float:
     for q in documents:
         docs.rank(q.question, q.candidates, 5)
     for q in pages:
-        rank_chunks(segs, rerank, prepare(q.question, q.candidates, counter, config.segment_tokens), 5, 10, config.segment_tokens)
+        rank_chunks(
+            segs,
+            rerank,
+            prepare(q.question, q.candidates, counter, config.segment_tokens),
+            5,
+            10,
+            config.segment_tokens,
+        )
     return time.monotonic() - started
 
 
@@ -63,23 +70,42 @@ def main() -> None:
             env = fleet_env(redis_db(), s3.endpoint, sim.url)
             workers = [WorkerProcess(env, tmp / f"worker{i}.log", concurrency=1) for i in range(WORKERS)]
             started = time.monotonic()
-            run = prism_cli(["run", f"s3://{bucket}/in/overhead.jsonl.gz", "--results", f"s3://{bucket}/prism", "--run-id", "overhead"], env, tmp)  # fmt: skip
+            run = prism_cli(
+                [
+                    "run",
+                    f"s3://{bucket}/in/overhead.jsonl.gz",
+                    "--results",
+                    f"s3://{bucket}/prism",
+                    "--run-id",
+                    "overhead",
+                ],
+                env,
+                tmp,
+            )
             fleet_s = time.monotonic() - started
             if run.returncode != 0:
                 raise SystemExit(f"prism run failed:\n{run.stderr[-3000:]}")
-            manifest = json.loads(s3.client().get_object(Bucket=bucket, Key="prism/runs/overhead/manifest.json")["Body"].read())
+            manifest = json.loads(
+                s3.client().get_object(Bucket=bucket, Key="prism/runs/overhead/manifest.json")["Body"].read()
+            )
         finally:
             for w in workers:
                 w.stop()
             s3.stop()
     counts = manifest["counts"]
     lost = counts["documents"] + counts["chunks"] - counts["done"] - counts["failed"]
-    print(f"fleet: {counts['done']} done, {counts['failed']} failed in {fleet_s:.1f} s with {WORKERS} workers", flush=True)
+    print(
+        f"fleet: {counts['done']} done, {counts['failed']} failed in {fleet_s:.1f} s with {WORKERS} workers", flush=True
+    )
     report(
-        jobs=jobs, lost=lost, failed=counts["failed"], direct_s=round(direct_s, 2), fleet_s=round(fleet_s, 2),
+        jobs=jobs,
+        lost=lost,
+        failed=counts["failed"],
+        direct_s=round(direct_s, 2),
+        fleet_s=round(fleet_s, 2),
         overhead_ms_per_job=round(1000 * (fleet_s * WORKERS - direct_s) / jobs, 1),
         fleet_jobs_per_s=round(counts["done"] / fleet_s, 2),
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def main() -> None:
 
         for keep in (None, *KEEPS):
             with ThreadPoolExecutor(4) as pool:
-                out = list(pool.map(lambda q: one(q, keep), queries))
+                out = list(pool.map(lambda q, keep=keep: one(q, keep), queries))
             ndcg = evaluate({q.id: r for q, (r, _) in zip(queries, out)}, qrels)["ndcg@5"]
             tokens = statistics.mean(t for _, t in out)
             tag = "without" if keep is None else f"keep{keep}"
@@ -62,9 +62,11 @@ def main() -> None:
         figures[f"token_ratio_keep{keep}"] = round(figures[f"tokens_per_query_keep{keep}"] / base, 4)
     main_keep = KEEPS[0]
     headline = {
-        "token_ratio": figures[f"token_ratio_keep{main_keep}"], "ndcg_with": figures[f"ndcg_keep{main_keep}"],
-        "ndcg_without": figures.pop("ndcg_without"), "keep": main_keep,
-    }  # fmt: skip
+        "token_ratio": figures[f"token_ratio_keep{main_keep}"],
+        "ndcg_with": figures[f"ndcg_keep{main_keep}"],
+        "ndcg_without": figures.pop("ndcg_without"),
+        "keep": main_keep,
+    }
     report(**headline, dense=DENSE, **figures)
 
 

@@ -64,7 +64,12 @@ class Remembering:
 
 def score(rows, ranker) -> dict[str, float]:
     qrels = Qrels({q.id: {str(i): g for i, g in q.qrel.items() if g > 0} for q in rows})
-    run = Run({q.id: {str(i): float(10 - p) for p, i in enumerate(ranker.rank(q.question, q.candidates, 5).indices)} for q in rows})
+    run = Run(
+        {
+            q.id: {str(i): float(10 - p) for p, i in enumerate(ranker.rank(q.question, q.candidates, 5).indices)}
+            for q in rows
+        }
+    )
     return ranx_evaluate(qrels, run, METRICS)
 
 
@@ -96,7 +101,9 @@ def main() -> None:
         minilm = Remembering(local_embedder("minilm"))
         record("page", "dense_minilm", pages, DenseRanker(minilm))
         record("page", "hybrid_minilm", pages, HybridRanker(minilm))
-    best = {p: max(v for k, v in figures.items() if k.startswith(f"{p}_") and k.endswith("ndcg5")) for p in ("doc", "page")}
+    best = {
+        p: max(v for k, v in figures.items() if k.startswith(f"{p}_") and k.endswith("ndcg5")) for p in ("doc", "page")
+    }
     report(doc_ndcg5_best=best["doc"], page_ndcg5_best=best["page"], **figures)
 
 

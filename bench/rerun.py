@@ -31,14 +31,20 @@ def main() -> None:
                 runs[name] = fleet.run(source, f"rerun-{name}", *args)
                 requests[name] = sim.stats["requests"] - before
                 total = runs[name]["cost"]["total"]
-                print(f"{name}: {runs[name]['wall_s']:.1f} s, {total['calls']} LLM calls ({total['cached_calls']} cached), {requests[name]} requests to the provider, USD {float(total['usd']):.4f}", flush=True)  # fmt: skip
+                print(
+                    f"{name}: {runs[name]['wall_s']:.1f} s, {total['calls']} LLM calls ({total['cached_calls']} cached), {requests[name]} requests to the provider, USD {float(total['usd']):.4f}",
+                    flush=True,
+                )
     first = runs["first"]["wall_s"]
     report(
-        second_run_llm_calls=runs["second"]["cost"]["total"]["calls"], second_run_requests=requests["second"],
-        wall_ratio=round(runs["second"]["wall_s"] / first, 3), fresh_run_requests=requests["fresh"],
-        fresh_run_usd=float(runs["fresh"]["cost"]["total"]["usd"]), fresh_wall_ratio=round(runs["fresh"]["wall_s"] / first, 3),
+        second_run_llm_calls=runs["second"]["cost"]["total"]["calls"],
+        second_run_requests=requests["second"],
+        wall_ratio=round(runs["second"]["wall_s"] / first, 3),
+        fresh_run_requests=requests["fresh"],
+        fresh_run_usd=float(runs["fresh"]["cost"]["total"]["usd"]),
+        fresh_wall_ratio=round(runs["fresh"]["wall_s"] / first, 3),
         first_run_llm_calls=runs["first"]["cost"]["total"]["calls"],
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

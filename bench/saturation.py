@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import Fleet, document_lines, report
-
 import numpy as np
 import openai
+from _common import Fleet, document_lines, report
+
 from prism import prompts
 from prism.datasets import parse_row
 from prism.testing.simulator import Simulator, SimulatorConfig
@@ -51,7 +51,9 @@ async def naive(sim: Simulator, queries) -> int:
         nonlocal lost
         async with gate:
             try:
-                await client.chat.completions.create(model="gpt-5-mini", messages=template.messages(q.question, q.candidates, 5))
+                await client.chat.completions.create(
+                    model="gpt-5-mini", messages=template.messages(q.question, q.candidates, 5)
+                )
             except openai.OpenAIError:
                 lost += 1
 
@@ -76,19 +78,30 @@ def main() -> None:
             saturation, answered = phase(sim, started)
         counts = run["manifest"]["counts"]
         lost = JOBS - counts["done"] - counts["failed"]
-        print(f"fleet: {counts['done']} done, {counts['failed']} failed, {answered} calls, {throttled} refused with 429, saturation {saturation:.3f}", flush=True)  # fmt: skip
+        print(
+            f"fleet: {counts['done']} done, {counts['failed']} failed, {answered} calls, {throttled} refused with 429, saturation {saturation:.3f}",
+            flush=True,
+        )
 
         time.sleep(WINDOW_S)  # let the provider's window empty
         before, started = sim.stats["429_limit"], time.monotonic()
         naive_lost = asyncio.run(naive(sim, naive_queries))
         naive_throttled = sim.stats["429_limit"] - before
         naive_saturation, naive_answered = phase(sim, started)
-        print(f"naive: {naive_answered} answered, {naive_lost} lost, {naive_throttled} refused with 429, saturation {naive_saturation:.3f}", flush=True)  # fmt: skip
+        print(
+            f"naive: {naive_answered} answered, {naive_lost} lost, {naive_throttled} refused with 429, saturation {naive_saturation:.3f}",
+            flush=True,
+        )
     report(
-        saturation=round(saturation, 4), per1000_429=round(1000 * throttled / max(answered, 1), 2), lost=lost,
-        duplicated=len(run["spent"]), failed=counts["failed"], naive_saturation=round(naive_saturation, 4),
-        naive_per1000_429=round(1000 * naive_throttled / max(naive_answered, 1), 2), naive_lost=naive_lost,
-    )  # fmt: skip
+        saturation=round(saturation, 4),
+        per1000_429=round(1000 * throttled / max(answered, 1), 2),
+        lost=lost,
+        duplicated=len(run["spent"]),
+        failed=counts["failed"],
+        naive_saturation=round(naive_saturation, 4),
+        naive_per1000_429=round(1000 * naive_throttled / max(naive_answered, 1), 2),
+        naive_lost=naive_lost,
+    )
 
 
 if __name__ == "__main__":

@@ -48,9 +48,12 @@ def main() -> None:
                 rates[n] = throughput(run)
                 print(f"{n} worker(s): {len(jobs)} jobs, {rates[n]:.2f} jobs/s", flush=True)
     report(
-        scale2=round(rates[2] / (2 * rates[1]), 3), scale4=round(rates[4] / (4 * rates[1]), 3),
-        jobs_per_s_1=round(rates[1], 2), jobs_per_s_2=round(rates[2], 2), jobs_per_s_4=round(rates[4], 2),
-    )  # fmt: skip
+        scale2=round(rates[2] / (2 * rates[1]), 3),
+        scale4=round(rates[4] / (4 * rates[1]), 3),
+        jobs_per_s_1=round(rates[1], 2),
+        jobs_per_s_2=round(rates[2], 2),
+        jobs_per_s_4=round(rates[4], 2),
+    )
 
 
 if __name__ == "__main__":

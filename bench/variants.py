@@ -50,7 +50,10 @@ def main() -> None:
         with Fleet(sim, Path(tmp), PRISM_CACHE="false") as fleet:
             source = fleet.upload("variants.jsonl.gz", doc_lines + page_lines)
             indexes = {}
-            for name, data, exclude in (("docs_index", SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl", DOC_DEV), ("pages_index", PAGES, None)):  # fmt: skip
+            for name, data, exclude in (
+                ("docs_index", SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl", DOC_DEV),
+                ("pages_index", PAGES, None),
+            ):
                 out = f"s3://{fleet.bucket}/icl/{name}"
                 args = ["icl", "build", str(data), "--out", out] + (["--exclude", str(exclude)] if exclude else [])
                 built = prism_cli(args, fleet.env, Path(tmp))
@@ -60,20 +63,30 @@ def main() -> None:
             for name, env in VARIANTS.items():
                 env = {k: v.format(**indexes) for k, v in env.items()}
                 try:
-                    run = fleet.run(source, f"variant-{name}", "--fresh", **env)  # rank anew: variants may share job ids
+                    run = fleet.run(
+                        source, f"variant-{name}", "--fresh", **env
+                    )  # rank anew: variants may share job ids
                 except SystemExit as err:
                     print(f"{name}: FAILED {str(err)[-500:]}", flush=True)
                     continue
                 counts, total = run["manifest"]["counts"], run["cost"]["total"]
-                passed = run["manifest"]["status"] == "complete" and counts["done"] == len(rows) and counts["failed"] == 0
+                passed = (
+                    run["manifest"]["status"] == "complete" and counts["done"] == len(rows) and counts["failed"] == 0
+                )
                 ok += passed
                 client = fleet.s3.client()
-                metrics = json.loads(client.get_object(Bucket=fleet.bucket, Key=f"prism/runs/variant-{name}/metrics.json")["Body"].read())  # fmt: skip
+                metrics = json.loads(
+                    client.get_object(Bucket=fleet.bucket, Key=f"prism/runs/variant-{name}/metrics.json")["Body"].read()
+                )
                 for scope in ("documents", "chunks"):
                     if scope in metrics:
                         figures[f"{name}_{scope}_ndcg5"] = round(metrics[scope]["ndcg@5"], 4)
                 figures[f"{name}_usd"] = round(float(total["usd"]), 5)
-                print(f"{name}: {'ok' if passed else 'FAILED'}; {counts['done']} done, {counts['failed']} failed, {total['calls']} LLM calls, USD {float(total['usd']):.4f}; " + ", ".join(f"{k} {v['ndcg@5']:.3f}" for k, v in metrics.items() if "ndcg@5" in v), flush=True)  # fmt: skip
+                print(
+                    f"{name}: {'ok' if passed else 'FAILED'}; {counts['done']} done, {counts['failed']} failed, {total['calls']} LLM calls, USD {float(total['usd']):.4f}; "
+                    + ", ".join(f"{k} {v['ndcg@5']:.3f}" for k, v in metrics.items() if "ndcg@5" in v),
+                    flush=True,
+                )
     report(variants_ok=ok, variants_total=len(VARIANTS), **figures)
 
 

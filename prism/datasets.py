@@ -160,7 +160,9 @@ def _query(query_id: str, task, question, candidates: list[str], qrel, line: int
         raise RowError(line, "qrel", f"an index is outside 0..{len(candidates) - 1}", query_id)
     try:
         answer = answer if isinstance(answer, str) and answer.strip() else None
-        return Query(id=query_id, task=task, question=question, candidates=candidates, qrel=parsed_qrel, answer=answer, line=line)
+        return Query(
+            id=query_id, task=task, question=question, candidates=candidates, qrel=parsed_qrel, answer=answer, line=line
+        )
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(row)"

@@ -47,14 +47,18 @@ class ExampleStore:
         rows = [q for q in queries if q.qrel and any(g > 0 for g in q.qrel.values())]
         if not rows:
             raise ExampleStoreError("no rows with qrels to build examples from")
-        vectors = np.vstack([embedder.embed([q.question for q in rows[i : i + batch]]) for i in range(0, len(rows), batch)])
+        vectors = np.vstack(
+            [embedder.embed([q.question for q in rows[i : i + batch]]) for i in range(0, len(rows), batch)]
+        )
         index = faiss.IndexFlatL2(vectors.shape[1])
         index.add(vectors)
         examples = [{"id": q.id, "task": q.task, "question": q.question, "answer": gold_ranking(q)} for q in rows]
         meta = {"embedder": embedder.name, "dim": int(vectors.shape[1]), "count": len(rows)}
         return cls(index, examples, meta)
 
-    def nearest(self, vector: np.ndarray, k: int, query_id: str | None, question: str, task: str | None = None) -> list[dict]:
+    def nearest(
+        self, vector: np.ndarray, k: int, query_id: str | None, question: str, task: str | None = None
+    ) -> list[dict]:
         """The k nearest examples (of this task, when given), leaving out the query itself and
         exact duplicates of it."""
         if k <= 0:
@@ -66,7 +70,9 @@ class ExampleStore:
 
         found, want = [], k + 8
         while len(found) < k and want < 2 * self.index.ntotal + 16:
-            _, ids = self.index.search(np.asarray(vector, dtype=np.float32).reshape(1, -1), min(want, self.index.ntotal))
+            _, ids = self.index.search(
+                np.asarray(vector, dtype=np.float32).reshape(1, -1), min(want, self.index.ntotal)
+            )
             found = [self.examples[i] for i in ids[0] if i >= 0 and usable(self.examples[i])][:k]
             want *= 4
         return found
@@ -102,7 +108,9 @@ class ExampleStore:
             raise ExampleStoreError(f"not an example store: {err}") from None
         expected = meta.pop("sha256", None)
         if expected != _checksum(index, examples, meta):
-            raise ExampleStoreError("the example store's files do not match their checksum: they were changed; rebuild it")
+            raise ExampleStoreError(
+                "the example store's files do not match their checksum: they were changed; rebuild it"
+            )
         meta["sha256"] = expected
         rows = [json.loads(line) for line in examples.decode().splitlines()]
         return cls(faiss.deserialize_index(np.frombuffer(index, dtype=np.uint8)), rows, meta)
@@ -124,7 +132,9 @@ def about(query_id: str) -> Iterator[None]:
 def examples_for(store: ExampleStore, embedder: Embedder, k: int, task: str) -> Callable[[str], str]:
     """question -> the prompt text of its k nearest examples of this task."""
     if store.meta["embedder"] != embedder.name:
-        raise ExampleStoreError(f"the example store was built with the {store.meta['embedder']!r} embedder, not {embedder.name!r}")
+        raise ExampleStoreError(
+            f"the example store was built with the {store.meta['embedder']!r} embedder, not {embedder.name!r}"
+        )
 
     def shots(question: str) -> str:
         vector = embedder.embed([question])[0]

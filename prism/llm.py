@@ -74,7 +74,9 @@ class Limiter(Protocol):
 
     def acquire(self, endpoint: str, model: str, tokens: int) -> None: ...
 
-    def settle(self, endpoint: str, model: str, reserved: int, used: int | None, headers: Mapping[str, str]) -> None: ...
+    def settle(
+        self, endpoint: str, model: str, reserved: int, used: int | None, headers: Mapping[str, str]
+    ) -> None: ...
 
 
 class NoLimiter:
@@ -165,32 +167,51 @@ class Gateway:
             return self.endpoints
         return self.endpoints.get(stage) or Endpoint()
 
-    def complete(self, messages: list[dict], *, stage: Stage, model: str, max_output_tokens: int | None = None) -> Completion:
+    def complete(
+        self, messages: list[dict], *, stage: Stage, model: str, max_output_tokens: int | None = None
+    ) -> Completion:
         extra = {"max_completion_tokens": max_output_tokens} if max_output_tokens else {}
         prompt = self.counter.count("".join(m["content"] for m in messages)) + 4 * len(messages)
         body, call = self._request(
-            stage, model, ["chat", messages, max_output_tokens], prompt, max_output_tokens or self.policy.expected_output_tokens,
+            stage,
+            model,
+            ["chat", messages, max_output_tokens],
+            prompt,
+            max_output_tokens or self.policy.expected_output_tokens,
             lambda client: client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra),
             lambda response: {"text": (response.choices[0].message.content if response.choices else None) or ""},
-        )  # fmt: skip
+        )
         return Completion(body["text"], call)
 
     def embed(self, texts: list[str], *, model: str, stage: Stage = "embeddings") -> list[list[float]]:
         tokens = sum(self.counter.count_many(texts))
         body, _ = self._request(
-            stage, model, ["embeddings", texts], tokens, 0,
+            stage,
+            model,
+            ["embeddings", texts],
+            tokens,
+            0,
             lambda client: client.embeddings.with_raw_response.create(model=model, input=texts),
             lambda response: {"vectors": [item.embedding for item in sorted(response.data, key=lambda d: d.index)]},
-        )  # fmt: skip
+        )
         return body["vectors"]
 
-    def _request(self, stage: Stage, model: str, payload: list, prompt: int, output: int, send, decode) -> tuple[dict, CallRecord]:
+    def _request(
+        self, stage: Stage, model: str, payload: list, prompt: int, output: int, send, decode
+    ) -> tuple[dict, CallRecord]:
         """cache -> budget -> limiter and retries -> usage, price, limits settled -> recorded."""
         endpoint = self.endpoint(stage)
         started = time.monotonic()
         key = cache_key(endpoint, model, payload)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            call = CallRecord(stage=stage, model=model, latency_s=round(time.monotonic() - started, 4), attempts=0, usd=Decimal(0), cached=True)  # fmt: skip
+            call = CallRecord(
+                stage=stage,
+                model=model,
+                latency_s=round(time.monotonic() - started, 4),
+                attempts=0,
+                usd=Decimal(0),
+                cached=True,
+            )
             return hit, self._account(call)
         reserved = prompt + output
         budget = _budget.get()
@@ -206,11 +227,17 @@ class Gateway:
         except openai.OpenAIError as err:
             if budget is not None:
                 budget.settle(reserved_usd, Decimal(0))
-            call = self._account(CallRecord(
-                stage=stage, model=model, latency_s=round(time.monotonic() - started, 4),
-                attempts=getattr(err, "prism_attempts", 1), throttled=getattr(err, "prism_throttled", 0), usd=None,
-                error=describe(err),
-            ))  # fmt: skip
+            call = self._account(
+                CallRecord(
+                    stage=stage,
+                    model=model,
+                    latency_s=round(time.monotonic() - started, 4),
+                    attempts=getattr(err, "prism_attempts", 1),
+                    throttled=getattr(err, "prism_throttled", 0),
+                    usd=None,
+                    error=describe(err),
+                )
+            )
             kind = ContextTooLong if is_context_overflow(err) else LlmError
             raise kind(f"{stage} call to {model} failed after {call.attempts} attempt(s): {call.error}", call) from err
 
@@ -221,9 +248,14 @@ class Gateway:
             budget.settle(reserved_usd, usd)
         body = decode(response)
         call = CallRecord(
-            stage=stage, model=model, usage=usage or Usage(), latency_s=round(time.monotonic() - started, 4),
-            attempts=attempts, throttled=throttled, usd=usd,
-        )  # fmt: skip
+            stage=stage,
+            model=model,
+            usage=usage or Usage(),
+            latency_s=round(time.monotonic() - started, 4),
+            attempts=attempts,
+            throttled=throttled,
+            usd=usd,
+        )
         if self.cache is not None and all(body.values()):
             self.cache.put(key, body | {"model": model})
         return body, self._account(call)

@@ -41,7 +41,9 @@ def map_at(ranking: Sequence[int], qrel: Mapping[int, int], k: int = 5) -> float
 _FUNCTIONS = {"ndcg": ndcg_at, "mrr": mrr_at, "map": map_at}
 
 
-def evaluate(rankings: Mapping[str, Sequence[int]], qrels: Mapping[str, Mapping[int, int]], k: int = 5) -> dict[str, float]:
+def evaluate(
+    rankings: Mapping[str, Sequence[int]], qrels: Mapping[str, Mapping[int, int]], k: int = 5
+) -> dict[str, float]:
     """Mean of each metric over every query whose qrel has a relevant item. A query with no
     ranking (it failed) scores 0, so failures cannot flatter the numbers."""
     judged = [q for q in qrels if any(g > 0 for g in qrels[q].values())]
@@ -100,7 +102,14 @@ def run_statistics(values: Sequence[float]) -> dict[str, float]:
     mean = sum(values) / n if n else math.nan
     sd = statistics.stdev(values) if n > 1 else 0.0
     half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) if n > 1 else 0.0
-    return {"n": n, "mean": mean, "sd": sd, "cv": sd / mean if mean else math.nan, "ci95_low": float(mean - half), "ci95_high": float(mean + half)}
+    return {
+        "n": n,
+        "mean": mean,
+        "sd": sd,
+        "cv": sd / mean if mean else math.nan,
+        "ci95_low": float(mean - half),
+        "ci95_high": float(mean + half),
+    }
 
 
 def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:

@@ -94,9 +94,12 @@ class RunConfig(BaseModel):
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
     models: dict[Stage, str] = {
-        "documents": "gpt-5-mini", "segments": "gpt-5-mini", "rerank": "gpt-5-mini",
-        "embeddings": "hashed", "evidence": "gpt-5-mini",
-    }  # fmt: skip
+        "documents": "gpt-5-mini",
+        "segments": "gpt-5-mini",
+        "rerank": "gpt-5-mini",
+        "embeddings": "hashed",
+        "evidence": "gpt-5-mini",
+    }
     max_output_tokens: int | None = None
     top_n: int = Field(5, ge=1)
     segment_top_k: int = Field(10, ge=1)

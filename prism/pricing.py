@@ -46,7 +46,9 @@ class PriceTable:
             return (total + usage.completion_tokens * rates.output) / _MILLION
         # genai-prices counts cached tokens inside input_tokens, as OpenAI's prompt_tokens does.
         priced = PriceUsage(
-            input_tokens=usage.prompt_tokens, cache_read_tokens=usage.cached_tokens, output_tokens=usage.completion_tokens
+            input_tokens=usage.prompt_tokens,
+            cache_read_tokens=usage.cached_tokens,
+            output_tokens=usage.completion_tokens,
         )
         try:
             return calc_price(priced, model_ref=model, provider_id=self.provider).total_price

@@ -75,14 +75,18 @@ class DocPrior:
         try:
             columns = [FILING_TYPES.index(c) for c in candidates]
         except ValueError:
-            raise PriorModelError(f"the prior ranks the five filing types {FILING_TYPES}, got {list(candidates)}") from None
+            raise PriorModelError(
+                f"the prior ranks the five filing types {FILING_TYPES}, got {list(candidates)}"
+            ) from None
         scores = predicted[columns]
         order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))[:top_k]
         confidence = float(self.confidence(predicted)[0])
         return Ranking(
-            indices=order, scores=[round(float(scores[i]), 4) for i in order], answered_by="prior",
+            indices=order,
+            scores=[round(float(scores[i]), 4) for i in order],
+            answered_by="prior",
             notes=[f"prior confidence {confidence:.3f}"],
-        )  # fmt: skip
+        )
 
     def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking:
         return self.rank_predicted(self.predict([question])[0], candidates, top_k)
@@ -90,7 +94,9 @@ class DocPrior:
     # -- fitting ------------------------------------------------------------------------------
 
     @classmethod
-    def fit(cls, queries: Sequence[Query], folds: int = 5, llm_share: float = 0.25, seed: int = 0, log=print) -> DocPrior:
+    def fit(
+        cls, queries: Sequence[Query], folds: int = 5, llm_share: float = 0.25, seed: int = 0, log=print
+    ) -> DocPrior:
         """Choose features and ridge strength by cross-validated NDCG@5, fit on all rows, and
         calibrate confidence on the out-of-fold predictions of the chosen setting."""
         from sklearn.isotonic import IsotonicRegression
@@ -119,12 +125,23 @@ class DocPrior:
         model = cls._fit_arrays(texts, grades, features, alpha)
         model.calibration = (iso.X_thresholds_.astype(float), iso.y_thresholds_.astype(float))
         confidence = np.interp(margins, *model.calibration)
-        model.meta.update({
-            "constant_order": constant_order(queries), "cv_ndcg5": round(score, 5), "folds": folds, "seed": seed, "rows": len(queries),
-            "training_sha256": _training_hash(queries), "fitted_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "versions": {"python": platform.python_version(), "scikit-learn": version("scikit-learn"), "numpy": np.__version__},
-            "cascade": {"llm_share": llm_share, "threshold": float(np.quantile(confidence, llm_share))},
-        })  # fmt: skip
+        model.meta.update(
+            {
+                "constant_order": constant_order(queries),
+                "cv_ndcg5": round(score, 5),
+                "folds": folds,
+                "seed": seed,
+                "rows": len(queries),
+                "training_sha256": _training_hash(queries),
+                "fitted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "versions": {
+                    "python": platform.python_version(),
+                    "scikit-learn": version("scikit-learn"),
+                    "numpy": np.__version__,
+                },
+                "cascade": {"llm_share": llm_share, "threshold": float(np.quantile(confidence, llm_share))},
+            }
+        )
         return model
 
     @classmethod
@@ -141,7 +158,12 @@ class DocPrior:
     # -- files --------------------------------------------------------------------------------
 
     def to_files(self) -> dict[str, bytes]:
-        arrays = {"coef": self.coef, "intercept": self.intercept, "cal_x": self.calibration[0], "cal_y": self.calibration[1]}
+        arrays = {
+            "coef": self.coef,
+            "intercept": self.intercept,
+            "cal_x": self.calibration[0],
+            "cal_y": self.calibration[1],
+        }
         for name, vec in self.vectorizers.items():
             terms = sorted(vec.vocabulary_, key=vec.vocabulary_.get)
             arrays[f"{name}_terms"] = np.array(terms, dtype=str)
@@ -162,7 +184,9 @@ class DocPrior:
             raise PriorModelError(f"not a prior model: {err}") from None
         expected = meta.pop("sha256", None)
         if expected != _checksum(data, meta):
-            raise PriorModelError("the prior model's files do not match their checksum: they were changed after fitting; refit it")
+            raise PriorModelError(
+                "the prior model's files do not match their checksum: they were changed after fitting; refit it"
+            )
         meta["sha256"] = expected
         with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
             vectorizers = {}

@@ -112,12 +112,21 @@ class FuseRanker:
         score = rrf([prior.indices, llm.indices], self.weights, self.k)
         order = sorted(range(n), key=lambda i: (-score[i], prior.indices.index(i)))[:top_k]
         return Ranking(
-            indices=order, scores=[round(score[i], 6) for i in order], flags=llm.flags, answered_by="fuse",
+            indices=order,
+            scores=[round(score[i], 6) for i in order],
+            flags=llm.flags,
+            answered_by="fuse",
             notes=[*prior.notes, *llm.notes],
-        )  # fmt: skip
+        )
 
 
-def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None, prior: DocPrior | None = None, examples: ExampleStore | None = None) -> Ranker:  # fmt: skip
+def build_ranker(
+    config: RunConfig,
+    stage: Stage,
+    gateway: Gateway | None,
+    prior: DocPrior | None = None,
+    examples: ExampleStore | None = None,
+) -> Ranker:
     """The ranker a run's config asks for at one stage (documents, segments or rerank)."""
     from prism.strategies.agents import Agent, ChunkAgents, DocumentAgents
     from prism.strategies.evidence import EvidenceRanker, Levers
@@ -142,7 +151,9 @@ def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None, prior
     if kind in ("a1", "a2", "a3", "a4"):
         return ChunkAgents(kind, agent)
     if kind == "evidence":
-        levers = Levers(config.evidence_rounds, config.evidence_strictness, config.evidence_focus, config.evidence_granularity)
+        levers = Levers(
+            config.evidence_rounds, config.evidence_strictness, config.evidence_focus, config.evidence_granularity
+        )
         return EvidenceRanker(agent, levers)
     variant = config.doc_prompt if task == "documents" else config.chunk_prompt
     fallback = prior if task == "documents" and prior is not None else lexical
@@ -151,7 +162,9 @@ def build_ranker(config: RunConfig, stage: Stage, gateway: Gateway | None, prior
         if examples is None:
             raise ValueError(f"in-context examples are on for {task} but no example store is loaded")
         shots = examples_for(examples, embedder(config.models["embeddings"], gateway), config.icl[task], task)
-    llm = LlmRanker(gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.max_output_tokens, shots)
+    llm = LlmRanker(
+        gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.max_output_tokens, shots
+    )
     if kind == "cascade":
         threshold = config.cascade_threshold if config.cascade_threshold is not None else prior.threshold
         return CascadeRanker(prior, llm, threshold)

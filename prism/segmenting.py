@@ -54,7 +54,9 @@ class TokenCounter:
 def _load_encoding(name: str) -> tiktoken.Encoding | None:
     """tiktoken's own loader, first seeding its cache from the vocab file that the quicktok-v1
     package ships (tiktoken cannot download it offline). tiktoken checks the file's sha256."""
-    cache_dir = Path(os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(Path.home() / ".cache" / "prism-fleet" / "tiktoken")))
+    cache_dir = Path(
+        os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(Path.home() / ".cache" / "prism-fleet" / "tiktoken"))
+    )
     url = _ENCODING_URLS.get(name)
     if url:
         cached = cache_dir / hashlib.sha1(url.encode()).hexdigest()
@@ -65,7 +67,7 @@ def _load_encoding(name: str) -> tiktoken.Encoding | None:
             tmp.replace(cached)
     try:
         return tiktoken.get_encoding(name)
-    except Exception:  # offline with nothing cached, or a bad cache file: estimate instead
+    except Exception:  # noqa: BLE001 - offline with nothing cached, or a bad cache file: estimate instead
         return None
 
 

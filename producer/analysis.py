@@ -31,9 +31,18 @@ def summarize(state: RunState) -> dict:
         latency[task] = five_numbers([(r.finished_at - r.started_at).total_seconds() for r in results])
         group = cost["by_task"].get(task, {})
         prompt, completion = group.get("prompt_tokens", 0), group.get("completion_tokens", 0)
-        tokens[task] = {"prompt": prompt, "completion": completion, "prompt_mean": prompt / len(results), "completion_mean": completion / len(results)}  # fmt: skip
+        tokens[task] = {
+            "prompt": prompt,
+            "completion": completion,
+            "prompt_mean": prompt / len(results),
+            "completion_mean": completion / len(results),
+        }
         spent = Decimal(group.get("usd", "0"))
-        usd[task] = {"usd": float(spent), "usd_per_1000_queries": float(spent * 1000 / len(results)), "unpriced_calls": group.get("unpriced_calls", 0)}  # fmt: skip
+        usd[task] = {
+            "usd": float(spent),
+            "usd_per_1000_queries": float(spent * 1000 / len(results)),
+            "unpriced_calls": group.get("unpriced_calls", 0),
+        }
     return {"metrics": metrics, "latency_s": latency, "tokens": tokens, "cost": usd}
 
 
@@ -88,24 +97,40 @@ def compare(runs: dict[str, tuple[RunManifest, dict]]) -> dict:
 def label(manifest: RunManifest) -> str:
     c = manifest.config
     icl = "+".join(f"icl-{t[0]}{k}" for t, k in sorted(c.icl.items()) if k)
-    parts = [f"docs {c.doc_ranker}" + (f"/{c.doc_prompt}" if c.doc_ranker in ("llm", "cascade", "fuse") else ""),
-             f"chunks {c.chunk_ranker}" + (f"/{c.chunk_prompt}" if c.chunk_ranker == "llm" else ""), icl,
-             f"prefilter {c.prefilter_keep}" if c.prefilter_keep else ""]  # fmt: skip
+    parts = [
+        f"docs {c.doc_ranker}" + (f"/{c.doc_prompt}" if c.doc_ranker in ("llm", "cascade", "fuse") else ""),
+        f"chunks {c.chunk_ranker}" + (f"/{c.chunk_prompt}" if c.chunk_ranker == "llm" else ""),
+        icl,
+        f"prefilter {c.prefilter_keep}" if c.prefilter_keep else "",
+    ]
     return ", ".join(p for p in parts if p) + f" [{c.fingerprint()[:6]}]"
 
 
 def markdown(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) -> str:
     out = []
     for run_id, (manifest, s) in runs.items():
-        out += [f"## {run_id}: {label(manifest)}", "", "| scope | queries | NDCG@5 | MRR@5 | MAP@5 |", "|---|---:|---:|---:|---:|"]
+        out += [
+            f"## {run_id}: {label(manifest)}",
+            "",
+            "| scope | queries | NDCG@5 | MRR@5 | MAP@5 |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for scope, m in s["metrics"].items():
             if scope != "evidence":
                 out.append(f"| {scope} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} |")
         if ev := s["metrics"].get("evidence"):
-            out += ["", f"Evidence ({ev['queries']} queries): precision {ev['precision']:.3f}, recall {ev['recall']:.3f}"
-                    + (f", answer EM {ev['exact_match']:.3f}, token F1 {ev['token_f1']:.3f}" if "exact_match" in ev else "")]  # fmt: skip
-        out += ["", "| task | latency min / Q1 / median / Q3 / max (s) | prompt tokens (mean) | completion tokens (mean) | USD | USD per 1,000 queries |",
-                "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+            out += [
+                "",
+                f"Evidence ({ev['queries']} queries): precision {ev['precision']:.3f}, recall {ev['recall']:.3f}"
+                + (
+                    f", answer EM {ev['exact_match']:.3f}, token F1 {ev['token_f1']:.3f}" if "exact_match" in ev else ""
+                ),
+            ]
+        out += [
+            "",
+            "| task | latency min / Q1 / median / Q3 / max (s) | prompt tokens (mean) | completion tokens (mean) | USD | USD per 1,000 queries |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
         for task, lat in s["latency_s"].items():
             tok, usd = s["tokens"][task], s["cost"][task]
             five = " / ".join(f"{lat[k]:.2f}" for k in ("min", "q1", "median", "q3", "max"))
@@ -115,14 +140,23 @@ def markdown(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None)
             )
         out.append("")
     if comparison:
-        out += ["## Configurations", "", "| configuration | scope | runs | mean NDCG@5 | SD | CV | 95% CI |", "|---|---|---:|---:|---:|---:|---|"]
+        out += [
+            "## Configurations",
+            "",
+            "| configuration | scope | runs | mean NDCG@5 | SD | CV | 95% CI |",
+            "|---|---|---:|---:|---:|---:|---|",
+        ]
         for name, row in comparison["configurations"].items():
             for scope in (*TASKS, "all"):
                 if st := row.get(scope):
-                    out.append(f"| {name} | {scope} | {st['n']} | {st['mean']:.4f} | {st['sd']:.4f} | {st['cv']:.2%} | {st['ci95_low']:.4f} - {st['ci95_high']:.4f} |")  # fmt: skip
+                    out.append(
+                        f"| {name} | {scope} | {st['n']} | {st['mean']:.4f} | {st['sd']:.4f} | {st['cv']:.2%} | {st['ci95_low']:.4f} - {st['ci95_high']:.4f} |"
+                    )
         if comparison["welch"]:
             out += ["", "| a | b | scope | Welch t | p |", "|---|---|---|---:|---:|"]
-            out += [f"| {t['a']} | {t['b']} | {t['scope']} | {t['t']:.3f} | {t['p']:.4f} |" for t in comparison["welch"]]
+            out += [
+                f"| {t['a']} | {t['b']} | {t['scope']} | {t['t']:.3f} | {t['p']:.4f} |" for t in comparison["welch"]
+            ]
         out.append("")
     return "\n".join(out)
 
@@ -148,7 +182,16 @@ def plots(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) ->
     for run_id in names:
         for task, lat in runs[run_id][1]["latency_s"].items():
             # A box from the five numbers (the per-job latencies are not kept here).
-            boxes.append({"med": lat["median"], "q1": lat["q1"], "q3": lat["q3"], "whislo": lat["min"], "whishi": lat["max"], "fliers": []})
+            boxes.append(
+                {
+                    "med": lat["median"],
+                    "q1": lat["q1"],
+                    "q3": lat["q3"],
+                    "whislo": lat["min"],
+                    "whishi": lat["max"],
+                    "fliers": [],
+                }
+            )
             labels.append(f"{run_id[-12:]}\n{task}")
     if boxes:
         ax.bxp(boxes, showfliers=False)
@@ -161,7 +204,9 @@ def plots(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) ->
     if bars:
         xs = range(len(bars))
         left.bar(xs, [b[1]["prompt_mean"] for b in bars], label="prompt")
-        left.bar(xs, [b[1]["completion_mean"] for b in bars], bottom=[b[1]["prompt_mean"] for b in bars], label="completion")
+        left.bar(
+            xs, [b[1]["completion_mean"] for b in bars], bottom=[b[1]["prompt_mean"] for b in bars], label="completion"
+        )
         left.set_xticks(list(xs), [b[0] for b in bars], fontsize=7)
         left.legend(fontsize=7)
     left.set_ylabel("tokens per query")
@@ -174,12 +219,22 @@ def plots(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) ->
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     if comparison:
-        rows = [(name, row["all"] if "all" in row else next((row[t] for t in TASKS if t in row), None)) for name, row in comparison["configurations"].items()]  # fmt: skip
+        rows = [
+            (name, row["all"] if "all" in row else next((row[t] for t in TASKS if t in row), None))
+            for name, row in comparison["configurations"].items()
+        ]
         rows = [(n, st) for n, st in rows if st]
-        ax.bar(range(len(rows)), [st["mean"] for _, st in rows], yerr=[st["mean"] - st["ci95_low"] for _, st in rows], capsize=4)
+        ax.bar(
+            range(len(rows)),
+            [st["mean"] for _, st in rows],
+            yerr=[st["mean"] - st["ci95_low"] for _, st in rows],
+            capsize=4,
+        )
         ax.set_xticks(range(len(rows)), [n[:40] for n, _ in rows], fontsize=6, rotation=20, ha="right")
     else:
-        scopes = [(f"{r[-12:]} {k}", m["ndcg@5"]) for r in names for k, m in runs[r][1]["metrics"].items() if "ndcg@5" in m]
+        scopes = [
+            (f"{r[-12:]} {k}", m["ndcg@5"]) for r in names for k, m in runs[r][1]["metrics"].items() if "ndcg@5" in m
+        ]
         ax.bar(range(len(scopes)), [v for _, v in scopes])
         ax.set_xticks(range(len(scopes)), [n for n, _ in scopes], fontsize=7, rotation=20, ha="right")
     ax.set_ylabel("NDCG@5")

@@ -11,20 +11,19 @@ from decimal import Decimal
 from importlib.metadata import version
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
+import redis
 import typer
+from amqp.exceptions import ChannelError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-import redis
-from amqp.exceptions import ChannelError
-
 from prism.models import ChunkRankerName, DocRankerName, Failure, PromptVariant, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer.plan import Plan, RunSpec, plan_run
-from producer.report import RunState, cost_report, finalize, run_metrics
+from producer.report import RunState, cost_report, finalize
 from workers import logs, runtime
 from workers.app import make_app
 from workers.budget import RunBudget
@@ -34,24 +33,39 @@ from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings
 from workers.store import RunLayout, get_model, open_input, open_store, put_model
 
-app = typer.Typer(help="Rank financial filings for questions with an LLM fleet (the PRISM method).", no_args_is_help=True)
+app = typer.Typer(
+    help="Rank financial filings for questions with an LLM fleet (the PRISM method).", no_args_is_help=True
+)
 console = Console(stderr=True, soft_wrap=True)
 SAMPLE = "bundled sample"
 
-InputArg = Annotated[Optional[str], typer.Argument(help="JSONL input (plain or .gz): a path or s3://bucket/key. Default: the bundled sample.")]  # fmt: skip
-RunIdOpt = Annotated[Optional[str], typer.Option("--run-id", help="Reuse a run id; default: a new one.")]
-ResultsOpt = Annotated[Optional[str], typer.Option("--results", help="Results folder or s3://bucket/prefix (PRISM_RESULTS).")]
-DocRankerOpt = Annotated[Optional[DocRankerName], typer.Option("--doc-ranker", help="llm, lexical, prior, cascade or fuse (PRISM_DOC_RANKER).")]
-ChunkRankerOpt = Annotated[Optional[ChunkRankerName], typer.Option("--chunk-ranker", help="llm, lexical, hybrid, a1-a4 or evidence (PRISM_CHUNK_RANKER).")]
-DocPromptOpt = Annotated[Optional[PromptVariant], typer.Option("--doc-prompt", help="p1..p4 (PRISM_DOC_PROMPT).")]
-ChunkPromptOpt = Annotated[Optional[PromptVariant], typer.Option("--chunk-prompt", help="p1..p4 (PRISM_CHUNK_PROMPT).")]
-TopNOpt = Annotated[Optional[int], typer.Option("--top-n", help="Chunks in the final ranking (PRISM_TOP_N).")]
-LimitOpt = Annotated[Optional[int], typer.Option("--limit", help="Plan at most this many queries.")]
+InputArg = Annotated[
+    str | None,
+    typer.Argument(help="JSONL input (plain or .gz): a path or s3://bucket/key. Default: the bundled sample."),
+]
+RunIdOpt = Annotated[str | None, typer.Option("--run-id", help="Reuse a run id; default: a new one.")]
+ResultsOpt = Annotated[
+    str | None, typer.Option("--results", help="Results folder or s3://bucket/prefix (PRISM_RESULTS).")
+]
+DocRankerOpt = Annotated[
+    DocRankerName | None,
+    typer.Option("--doc-ranker", help="llm, lexical, prior, cascade or fuse (PRISM_DOC_RANKER)."),
+]
+ChunkRankerOpt = Annotated[
+    ChunkRankerName | None,
+    typer.Option("--chunk-ranker", help="llm, lexical, hybrid, a1-a4 or evidence (PRISM_CHUNK_RANKER)."),
+]
+DocPromptOpt = Annotated[PromptVariant | None, typer.Option("--doc-prompt", help="p1..p4 (PRISM_DOC_PROMPT).")]
+ChunkPromptOpt = Annotated[PromptVariant | None, typer.Option("--chunk-prompt", help="p1..p4 (PRISM_CHUNK_PROMPT).")]
+TopNOpt = Annotated[int | None, typer.Option("--top-n", help="Chunks in the final ranking (PRISM_TOP_N).")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", help="Plan at most this many queries.")]
 
 
-BudgetOpt = Annotated[Optional[Decimal], typer.Option("--budget-usd", help="Stop the run at this spend (PRISM_BUDGET_USD).")]
+BudgetOpt = Annotated[
+    Decimal | None, typer.Option("--budget-usd", help="Stop the run at this spend (PRISM_BUDGET_USD).")
+]
 WaitOpt = Annotated[bool, typer.Option(help="Wait for the run to finish and report.")]
-TimeoutOpt = Annotated[Optional[float], typer.Option(help="Stop waiting after this many seconds.")]
+TimeoutOpt = Annotated[float | None, typer.Option(help="Stop waiting after this many seconds.")]
 
 
 @app.command()
@@ -66,10 +80,19 @@ def run(
     top_n: TopNOpt = None,
     limit: LimitOpt = None,
     budget_usd: BudgetOpt = None,
-    icl_documents: Annotated[Optional[int], typer.Option(help="In-context examples per document prompt (PRISM_ICL_DOCUMENTS).")] = None,  # fmt: skip
-    icl_chunks: Annotated[Optional[int], typer.Option(help="In-context examples per chunk prompt (PRISM_ICL_CHUNKS).")] = None,  # fmt: skip
-    prefilter: Annotated[Optional[int], typer.Option(help="Keep this many chunks per filing by BM25 + dense fusion (PRISM_PREFILTER_KEEP).")] = None,  # fmt: skip
-    fresh: Annotated[bool, typer.Option("--fresh", help="Rank every query, even those an earlier run ranked with the same job id.")] = False,  # fmt: skip
+    icl_documents: Annotated[
+        int | None, typer.Option(help="In-context examples per document prompt (PRISM_ICL_DOCUMENTS).")
+    ] = None,
+    icl_chunks: Annotated[
+        int | None, typer.Option(help="In-context examples per chunk prompt (PRISM_ICL_CHUNKS).")
+    ] = None,
+    prefilter: Annotated[
+        int | None,
+        typer.Option(help="Keep this many chunks per filing by BM25 + dense fusion (PRISM_PREFILTER_KEEP)."),
+    ] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Rank every query, even those an earlier run ranked with the same job id.")
+    ] = False,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = None,
 ) -> None:
@@ -80,22 +103,42 @@ def run(
     """
     settings = Settings()
     if icl_documents is not None or icl_chunks is not None:
-        settings = settings.model_copy(update={"icl_documents": icl_documents or settings.icl_documents, "icl_chunks": icl_chunks or settings.icl_chunks})  # fmt: skip
+        settings = settings.model_copy(
+            update={
+                "icl_documents": icl_documents or settings.icl_documents,
+                "icl_chunks": icl_chunks or settings.icl_chunks,
+            }
+        )
     config = settings.run_config(
-        doc_ranker=doc_ranker, chunk_ranker=chunk_ranker, doc_prompt=doc_prompt, chunk_prompt=chunk_prompt, top_n=top_n,
+        doc_ranker=doc_ranker,
+        chunk_ranker=chunk_ranker,
+        doc_prompt=doc_prompt,
+        chunk_prompt=chunk_prompt,
+        top_n=top_n,
         prefilter_keep=prefilter,
-    )  # fmt: skip
+    )
     config = with_examples(with_prior(config, settings), settings)
     spec = RunSpec(
         run_id=run_id or datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3),
-        input=input or str(files("prism").joinpath("data", "sample.jsonl.gz")), results=results or settings.results,
-        config=config, budget_usd=budget_usd if budget_usd is not None else settings.budget_usd, reuse=not fresh,
-    )  # fmt: skip
+        input=input or str(files("prism").joinpath("data", "sample.jsonl.gz")),
+        results=results or settings.results,
+        config=config,
+        budget_usd=budget_usd if budget_usd is not None else settings.budget_usd,
+        reuse=not fresh,
+    )
     manifest = RunManifest(
-        run_id=spec.run_id, status="planning", input=spec.input, results=spec.results, created_at=datetime.now(UTC),
-        config=config, settings=settings.masked(), code_version=_code_version(), embedded=settings.embedded,
-        budget_usd=spec.budget_usd, reuse=spec.reuse,
-    )  # fmt: skip
+        run_id=spec.run_id,
+        status="planning",
+        input=spec.input,
+        results=spec.results,
+        created_at=datetime.now(UTC),
+        config=config,
+        settings=settings.masked(),
+        code_version=_code_version(),
+        embedded=settings.embedded,
+        budget_usd=spec.budget_usd,
+        reuse=spec.reuse,
+    )
     _execute(spec, manifest, settings, limit, wait, timeout, input_name=input or SAMPLE)
 
 
@@ -113,10 +156,14 @@ def enqueue(
     budget_usd: BudgetOpt = None,
 ) -> None:
     """Plan and enqueue a run on the fleet; print its run id and return."""
-    run(input, run_id, results, doc_ranker, chunk_ranker, doc_prompt, chunk_prompt, top_n, limit, budget_usd, wait=False)
+    run(
+        input, run_id, results, doc_ranker, chunk_ranker, doc_prompt, chunk_prompt, top_n, limit, budget_usd, wait=False
+    )
 
 
-icl_app = typer.Typer(help="In-context examples: the FAISS store of training questions and their rankings.", no_args_is_help=True)
+icl_app = typer.Typer(
+    help="In-context examples: the FAISS store of training questions and their rankings.", no_args_is_help=True
+)
 app.add_typer(icl_app, name="icl")
 
 
@@ -124,8 +171,13 @@ app.add_typer(icl_app, name="icl")
 def icl_build(
     input: Annotated[str, typer.Argument(help="Training rows with qrels (document or chunk rows).")],
     out: Annotated[str, typer.Option("--out", help="Folder or s3:// prefix to write the store to.")],
-    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Files whose rows must not become examples (evaluation rows).")] = None,  # fmt: skip
-    embedder_name: Annotated[Optional[str], typer.Option("--embedder", help="hashed, minilm, or an embeddings model (PRISM_EMBEDDER).")] = None,  # fmt: skip
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option("--exclude", help="Files whose rows must not become examples (evaluation rows)."),
+    ] = None,
+    embedder_name: Annotated[
+        str | None, typer.Option("--embedder", help="hashed, minilm, or an embeddings model (PRISM_EMBEDDER).")
+    ] = None,
 ) -> None:
     """Embed every training question with its gold ranking into a FAISS index, saved as plain
     files with a checksum. API embeddings go through the gateway and are priced."""
@@ -144,7 +196,9 @@ def icl_build(
     for file, data in store.to_files().items():
         target.put(file, data)
     usd = sum(c.usd or 0 for c in calls)
-    console.print(f"{store.meta['count']} examples ({len(held_out)} held-out rows excluded), {name} embeddings of {store.meta['dim']} dimensions, {len(calls)} API calls, USD {float(usd):.4f}: {out}")  # fmt: skip
+    console.print(
+        f"{store.meta['count']} examples ({len(held_out)} held-out rows excluded), {name} embeddings of {store.meta['dim']} dimensions, {len(calls)} API calls, USD {float(usd):.4f}: {out}"
+    )
 
 
 @app.command()
@@ -171,9 +225,19 @@ def resume(
     _execute(spec, manifest, settings, None, wait, timeout, input_name=manifest.input)
 
 
-def _execute(spec: RunSpec, manifest: RunManifest, settings: Settings, limit: int | None, wait: bool, timeout: float | None, input_name: str) -> None:  # fmt: skip
+def _execute(
+    spec: RunSpec,
+    manifest: RunManifest,
+    settings: Settings,
+    limit: int | None,
+    wait: bool,
+    timeout: float | None,
+    input_name: str,
+) -> None:
     if not wait and settings.embedded:
-        raise typer.BadParameter("--no-wait needs a fleet (PRISM_BROKER_URL): embedded workers stop when the command ends")
+        raise typer.BadParameter(
+            "--no-wait needs a fleet (PRISM_BROKER_URL): embedded workers stop when the command ends"
+        )
     budget = _check_budget(spec, settings)
     store = open_store(spec.results, settings)
     logs.configure(settings.log_level if not settings.embedded else "WARNING")
@@ -188,17 +252,32 @@ def _execute(spec: RunSpec, manifest: RunManifest, settings: Settings, limit: in
         started = time.monotonic()
         with console.status("planning...") as status:
             plan = plan_run(
-                spec, store, settings, limit, budget_spent,
+                spec,
+                store,
+                settings,
+                limit,
+                budget_spent,
                 on_query=lambda p: status.update(f"planning: {p.documents} document and {p.chunks} chunk queries"),
-            )  # fmt: skip
+            )
         console.print(
             f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued {plan.enqueued} "
             f"({plan.segments} segments), already done {plan.already_done}, reused {plan.reused}, "
             f"left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
         )
         nonlocal manifest
-        counts = {"documents": plan.documents, "chunks": plan.chunks, "segments": plan.segments, "invalid_rows": plan.invalid_rows}
-        manifest = manifest.model_copy(update={"status": "running", "counts": counts, "timings": manifest.timings | {"plan_s": round(time.monotonic() - started, 3)}})  # fmt: skip
+        counts = {
+            "documents": plan.documents,
+            "chunks": plan.chunks,
+            "segments": plan.segments,
+            "invalid_rows": plan.invalid_rows,
+        }
+        manifest = manifest.model_copy(
+            update={
+                "status": "running",
+                "counts": counts,
+                "timings": manifest.timings | {"plan_s": round(time.monotonic() - started, 3)},
+            }
+        )
         put_model(store, layout.file("manifest.json"), manifest)
         return plan
 
@@ -230,7 +309,9 @@ def _check_budget(spec: RunSpec, settings: Settings) -> RunBudget | None:
     for stage in spec.config.paid_stages():
         model = spec.config.models[stage]
         if prices.usd(model, Usage(prompt_tokens=1000)) is None:
-            raise typer.BadParameter(f"model {model!r} has no price, so a budget cannot be kept; add it to PRISM_PRICES_FILE")
+            raise typer.BadParameter(
+                f"model {model!r} has no price, so a budget cannot be kept; add it to PRISM_PRICES_FILE"
+            )
     return RunBudget(redis.Redis.from_url(settings.shared_redis), spec.run_id, spec.budget_usd)
 
 
@@ -250,14 +331,22 @@ def status(run_id: str, results: ResultsOpt = None) -> None:
     tokens = cost["prompt_tokens"] + cost["completion_tokens"]
     eta_text = "-" if not pending else (f"{eta:.0f} s" if state.finished else "unknown")
     table.add_row(
-        str(len(state.results)), str(len(state.job_failures)), str(len(state.skipped)), str(pending),
-        str(len(state.input_failures)), str(tokens), f"{float(cost['usd']):.4f}", eta_text,
-    )  # fmt: skip
+        str(len(state.results)),
+        str(len(state.job_failures)),
+        str(len(state.skipped)),
+        str(pending),
+        str(len(state.input_failures)),
+        str(tokens),
+        f"{float(cost['usd']):.4f}",
+        eta_text,
+    )
     Console().print(table)
 
 
 @app.command()
-def report(run_ids: Annotated[list[str], typer.Argument(help="One run, or several to compare.")], results: ResultsOpt = None) -> None:
+def report(
+    run_ids: Annotated[list[str], typer.Argument(help="One run, or several to compare.")], results: ResultsOpt = None
+) -> None:
     """Rewrite each run's report (markdown and PNG plots, in the run's folder) from what is
     stored now; for several runs, also a comparison in reports/<time>/ (mean, SD, CV, 95% CI,
     Welch's t-test per configuration)."""
@@ -292,7 +381,9 @@ def exporter(port: Annotated[int, typer.Option(help="Port for /metrics.")] = 980
 
     settings = Settings()
     if not settings.shared_redis:
-        raise typer.BadParameter("the exporter reads the fleet's counters from Redis: set PRISM_BROKER_URL or PRISM_REDIS_URL")
+        raise typer.BadParameter(
+            "the exporter reads the fleet's counters from Redis: set PRISM_BROKER_URL or PRISM_REDIS_URL"
+        )
     REGISTRY.register(FleetCollector(redis.Redis.from_url(settings.shared_redis)))
     start_http_server(port)
     console.print(f"serving fleet metrics on :{port}/metrics")
@@ -301,7 +392,9 @@ def exporter(port: Annotated[int, typer.Option(help="Port for /metrics.")] = 980
 
 
 @app.command(name="eval")
-def evaluate(run_ids: Annotated[list[str], typer.Argument(help="One run, or several to compare.")], results: ResultsOpt = None) -> None:
+def evaluate(
+    run_ids: Annotated[list[str], typer.Argument(help="One run, or several to compare.")], results: ResultsOpt = None
+) -> None:
     """NDCG@5, MRR@5 and MAP@5 per task and over all queries (evidence precision/recall and
     answer EM/F1 where present); for several runs, statistics per configuration and Welch's
     t-test. The last line is JSON."""
@@ -332,12 +425,15 @@ app.add_typer(prior_app, name="prior")
 def prior_fit(
     input: Annotated[str, typer.Argument(help="Training rows (FinAgentBench document rows with qrels).")],
     out: Annotated[str, typer.Option("--out", help="Folder or s3:// prefix to write the model to.")],
-    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Files whose rows must not be trained on (evaluation rows).")] = None,  # fmt: skip
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option("--exclude", help="Files whose rows must not be trained on (evaluation rows)."),
+    ] = None,
     llm_share: Annotated[float, typer.Option(help="Share of queries the cascade sends to the LLM by default.")] = 0.25,
 ) -> None:
     """Fit the prior: features and ridge strength chosen by cross-validation on INPUT, less any
     row whose id or question is in an --exclude file; confidence calibrated out of fold."""
-    from prism.prior import ARRAYS, META, DocPrior
+    from prism.prior import DocPrior
 
     settings = Settings()
     held_out = [q for path in exclude or [] for q in _read(path, settings)]
@@ -349,13 +445,15 @@ def prior_fit(
     for name, data in model.to_files().items():
         store.put(name, data)
     meta = model.meta
-    console.print(f"saved to {out}: {'+'.join(meta['features'])}, alpha {meta['alpha']}, cv ndcg@5 {meta['cv_ndcg5']}, cascade threshold {meta['cascade']['threshold']:.3f}")  # fmt: skip
+    console.print(
+        f"saved to {out}: {'+'.join(meta['features'])}, alpha {meta['alpha']}, cv ndcg@5 {meta['cv_ndcg5']}, cascade threshold {meta['cascade']['threshold']:.3f}"
+    )
 
 
 @prior_app.command("eval")
 def prior_eval(
     input: Annotated[str, typer.Argument(help="Rows with qrels to score the prior on.")],
-    model: Annotated[Optional[str], typer.Option("--model", help="The model; default: the one shipped.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="The model; default: the one shipped.")] = None,
 ) -> None:
     """NDCG@5, MRR@5 and MAP@5 of the prior and of the constant type order on INPUT."""
     from prism.metrics import evaluate as score
@@ -392,7 +490,9 @@ def _open_run(run_id: str, results: str | None):
         raise typer.BadParameter(f"no run {run_id!r} in {store.uri}") from None
 
 
-def _watch(state: RunState, plan: Plan, settings: Settings, celery_app, timeout: float | None, replan) -> tuple[RunState, int]:  # fmt: skip
+def _watch(
+    state: RunState, plan: Plan, settings: Settings, celery_app, timeout: float | None, replan
+) -> tuple[RunState, int]:
     """Wait until every enqueued job has an outcome. When nothing moves for ``stall_s``, no
     message is queued and no worker holds a task, the missing jobs were lost (a broker restart,
     a chord that cannot finish): enqueue them again, ``max_requeues`` times at most, then record
@@ -400,29 +500,43 @@ def _watch(state: RunState, plan: Plan, settings: Settings, celery_app, timeout:
     deadline = time.monotonic() + timeout if timeout else None
     expected = plan.queries - plan.not_enqueued
     last_finished, last_change, requeues = -1, time.monotonic(), 0
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console) as progress:
         bar = progress.add_task("ranking", total=expected)
         while True:
             try:
                 state.poll()
-            except Exception as err:  # the store may be down for a while: keep waiting
-                progress.console.print(f"[yellow]cannot read the results store ({type(err).__name__}); retrying[/yellow]")
+            except Exception as err:  # noqa: BLE001 - the store may be down for a while: keep waiting
+                progress.console.print(
+                    f"[yellow]cannot read the results store ({type(err).__name__}); retrying[/yellow]"
+                )
                 time.sleep(2)
                 continue
             finished = state.finished
             usd = cost_report(state)["total"]["usd"]
-            progress.update(bar, completed=finished, description=f"ranking (failed {len(state.job_failures)}, ${float(usd):.4f})")
+            progress.update(
+                bar, completed=finished, description=f"ranking (failed {len(state.job_failures)}, ${float(usd):.4f})"
+            )
             if finished >= expected or (deadline and time.monotonic() > deadline):
                 return state, requeues
             if finished != last_finished:
                 last_finished, last_change = finished, time.monotonic()
-            elif not settings.embedded and time.monotonic() - last_change > settings.stall_s and _fleet_idle(celery_app):
+            elif (
+                not settings.embedded and time.monotonic() - last_change > settings.stall_s and _fleet_idle(celery_app)
+            ):
                 if requeues >= settings.max_requeues:
                     _record_stalled(state, requeues)
                     continue
                 requeues += 1
-                progress.console.print(f"[yellow]no progress for {settings.stall_s:.0f} s and the fleet is idle: enqueuing the {expected - finished} missing jobs again[/yellow]")  # fmt: skip
+                progress.console.print(
+                    f"[yellow]no progress for {settings.stall_s:.0f} s and the fleet is idle: enqueuing the {expected - finished} missing jobs again[/yellow]"
+                )
                 plan = replan()
                 expected = plan.queries - plan.not_enqueued
                 last_change = time.monotonic()
@@ -440,7 +554,10 @@ def _fleet_idle(celery_app) -> bool:
             except ChannelError:  # no such queue: a restarted broker that lost it, so nothing waits
                 pass
         inspect = celery_app.control.inspect(timeout=1.0)
-        return not any(any(replies.values()) for replies in (inspect.active() or {}, inspect.reserved() or {}, inspect.scheduled() or {}))  # fmt: skip
+        return not any(
+            any(replies.values())
+            for replies in (inspect.active() or {}, inspect.reserved() or {}, inspect.scheduled() or {})
+        )
     except Exception:  # noqa: BLE001
         return False
 
@@ -448,22 +565,30 @@ def _fleet_idle(celery_app) -> bool:
 def _record_stalled(state: RunState, requeues: int) -> None:
     """Give every job still without an outcome a failure that says why."""
     layout = state.layout
-    done = {(r.task, r.query_id) for r in state.results.values()} | {(f.task, f.query_id) for f in state.failures.values()}
+    done = {(r.task, r.query_id) for r in state.results.values()} | {
+        (f.task, f.query_id) for f in state.failures.values()
+    }
     for line in state.store.get(layout.file("plan.jsonl")).splitlines():
         p = json.loads(line)
         if p["state"] == "pending" or (p["task"], p["query_id"]) in done:
             continue
         failure = Failure(
-            run_id=layout.run_id, kind="job", task=p["task"], query_id=p["query_id"], line=p["line"],
+            run_id=layout.run_id,
+            kind="job",
+            task=p["task"],
+            query_id=p["query_id"],
+            line=p["line"],
             error=f"no outcome after {requeues} requeue(s): the job was lost or its chord never completed",
-        )  # fmt: skip
+        )
         put_model(state.store, layout.failure(f"{p['task']}-{p['query_id']}"), failure, if_absent=True)
 
 
 def _print_settings(settings: Settings, config, input_name: str, results: str, run_id: str) -> None:
     mode = "embedded (in-process workers, no broker)" if settings.embedded else "fleet"
     console.print(f"[bold]prism run[/bold] {run_id}: {mode}; input {input_name}; results {results}")
-    console.print(f"rankers: documents {config.doc_ranker} ({config.doc_prompt}), chunks {config.chunk_ranker} ({config.chunk_prompt}); models {config.models}")  # fmt: skip
+    console.print(
+        f"rankers: documents {config.doc_ranker} ({config.doc_prompt}), chunks {config.chunk_ranker} ({config.chunk_prompt}); models {config.models}"
+    )
     logs.get().info("settings", settings=settings.masked(), config=config.model_dump(mode="json"))
 
 
@@ -472,24 +597,34 @@ def _metrics_table(metrics: dict) -> Table:
     for column in ("task", "queries", "NDCG@5", "MRR@5", "MAP@5", "missing"):
         table.add_column(column, justify="right")
     for task, m in metrics.items():
-        table.add_row(task, str(m["queries"]), f"{m['ndcg@5']:.4f}", f"{m['mrr@5']:.4f}", f"{m['map@5']:.4f}", str(m["missing"]))
+        table.add_row(
+            task, str(m["queries"]), f"{m['ndcg@5']:.4f}", f"{m['mrr@5']:.4f}", f"{m['map@5']:.4f}", str(m["missing"])
+        )
     return table
 
 
 def _print_summary(manifest: RunManifest, cost: dict, metrics: dict, config) -> None:
     out, c, total = Console(soft_wrap=True), manifest.counts, cost["total"]
     out.print(f"\n[bold]run {manifest.run_id}: {manifest.status}[/bold] in {manifest.timings.get('wall_s', 0):.1f} s")
-    out.print(f"queries: {c.get('done', 0)} done ({c.get('reused', 0)} reused), {c.get('failed', 0)} failed, {c.get('pending', 0)} pending; {c.get('invalid_rows', 0)} invalid input rows")  # fmt: skip
+    out.print(
+        f"queries: {c.get('done', 0)} done ({c.get('reused', 0)} reused), {c.get('failed', 0)} failed, {c.get('pending', 0)} pending; {c.get('invalid_rows', 0)} invalid input rows"
+    )
     unpriced = f" + {total['unpriced_calls']} unpriced call(s)" if total["unpriced_calls"] else ""
-    out.print(f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}")  # fmt: skip
+    out.print(
+        f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}"
+    )
     if savings := cost.get("savings"):
         usd = savings["usd_saved_estimate"]
         saved = "no LLM document call in this run to price it by" if usd is None else f"about ${float(usd):.4f}"
-        out.print(f"documents: {savings['llm_calls_avoided']} answered by the prior, {savings['llm_calls_made']} by the LLM; saved against LLM-only: {saved}")  # fmt: skip
+        out.print(
+            f"documents: {savings['llm_calls_avoided']} answered by the prior, {savings['llm_calls_made']} by the LLM; saved against LLM-only: {saved}"
+        )
     if ranked := {k: v for k, v in metrics.items() if "ndcg@5" in v}:
         out.print(_metrics_table(ranked))
     if evidence := metrics.get("evidence"):
-        out.print(f"evidence ({evidence['queries']} queries): precision {evidence['precision']:.3f}, recall {evidence['recall']:.3f}, answer EM {evidence.get('exact_match', float('nan')):.3f}, token F1 {evidence.get('token_f1', float('nan')):.3f}")  # fmt: skip
+        out.print(
+            f"evidence ({evidence['queries']} queries): precision {evidence['precision']:.3f}, recall {evidence['recall']:.3f}, answer EM {evidence.get('exact_match', float('nan')):.3f}, token F1 {evidence.get('token_f1', float('nan')):.3f}"
+        )
     out.print(f"results, manifest, cost.json and report.md: {manifest.results.rstrip('/')}/runs/{manifest.run_id}/")
     if not (config.uses_llm("documents") or config.uses_llm("chunks")):
         by = {"prior": "the learned filing-type prior", "lexical": "BM25"}
@@ -505,7 +640,9 @@ def _code_version() -> str:
     text = version("prism-fleet")
     try:
         here = Path(__file__).resolve().parent
-        sha = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True, timeout=5)
+        sha = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True, timeout=5
+        )
         if sha.returncode == 0 and sha.stdout.strip():
             text += f"+{sha.stdout.strip()}"
     except OSError:

@@ -69,7 +69,11 @@ def input_files(uri: str, settings: Settings) -> list[str]:
         if not uri.endswith("/"):
             return [uri]
         parsed = urlparse(uri)
-        pages = s3_client(settings).get_paginator("list_objects_v2").paginate(Bucket=parsed.netloc, Prefix=parsed.path.lstrip("/"))
+        pages = (
+            s3_client(settings)
+            .get_paginator("list_objects_v2")
+            .paginate(Bucket=parsed.netloc, Prefix=parsed.path.lstrip("/"))
+        )
         keys = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(INPUT_SUFFIXES)]
         return [f"s3://{parsed.netloc}/{key}" for key in sorted(keys)]
     path = Path(uri)
@@ -102,20 +106,34 @@ def plan_run(
         for number, source, item in _rows(files, settings):
             where = f"{source} line {item.line}" if len(files) > 1 else f"line {item.line}"
             if isinstance(item, Query) and item.id in first_line:
-                item = RowError(item.line, "id", f"duplicate query id {item.id!r} (first on {first_line[item.id]})", item.id)
+                item = RowError(
+                    item.line, "id", f"duplicate query id {item.id!r} (first on {first_line[item.id]})", item.id
+                )
             if isinstance(item, RowError):
                 plan.invalid_rows += 1
                 failure = Failure(
-                    run_id=spec.run_id, kind="input", error=str(item), query_id=item.query_id, line=item.line,
-                    source=source if len(files) > 1 else None, field=item.field,
-                )  # fmt: skip
+                    run_id=spec.run_id,
+                    kind="input",
+                    error=str(item),
+                    query_id=item.query_id,
+                    line=item.line,
+                    source=source if len(files) > 1 else None,
+                    field=item.field,
+                )
                 put_model(store, layout.failure(f"input-{number}-line-{item.line}"), failure)
                 continue
             first_line[item.id] = where
             if item.qrel:
-                qrels_file.write(json.dumps({"query_id": item.id, "qrel": item.qrel, "answer": item.answer}).encode() + b"\n")
+                qrels_file.write(
+                    json.dumps({"query_id": item.id, "qrel": item.qrel, "answer": item.answer}).encode() + b"\n"
+                )
             state = _plan_query(item, source, spec, store, layout, counter, plan, finished, budget_spent)
-            plan_file.write(json.dumps({"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}).encode() + b"\n")  # fmt: skip
+            plan_file.write(
+                json.dumps(
+                    {"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}
+                ).encode()
+                + b"\n"
+            )
             on_query(plan)
             if limit and plan.queries >= limit:
                 break
@@ -136,7 +154,17 @@ def _finished(store: Store, layout: RunLayout) -> set[tuple[str, str]]:
     return done
 
 
-def _plan_query(q: Query, source: str, spec: RunSpec, store: Store, layout: RunLayout, counter: TokenCounter, plan: Plan, finished: set, budget_spent: Callable[[], bool]) -> str:  # fmt: skip
+def _plan_query(
+    q: Query,
+    source: str,
+    spec: RunSpec,
+    store: Store,
+    layout: RunLayout,
+    counter: TokenCounter,
+    plan: Plan,
+    finished: set,
+    budget_spent: Callable[[], bool],
+) -> str:
     if q.task == "documents":
         plan.documents += 1
     else:
@@ -152,15 +180,28 @@ def _plan_query(q: Query, source: str, spec: RunSpec, store: Store, layout: RunL
         plan.not_enqueued += 1
         return "pending"
     common = dict(
-        run_id=spec.run_id, results=spec.results, job_id=jid, query_id=q.id, line=q.line, source=source,
-        config=spec.config, budget_usd=spec.budget_usd,
-    )  # fmt: skip
+        run_id=spec.run_id,
+        results=spec.results,
+        job_id=jid,
+        query_id=q.id,
+        line=q.line,
+        source=source,
+        config=spec.config,
+        budget_usd=spec.budget_usd,
+    )
     if q.task == "documents":
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
         return "enqueued"
     budget = spec.config.segment_tokens
     with recording() as calls:  # a pre-filter on an API embedder is paid: keep its calls
-        data = chunks.prepare(q.question, q.candidates, counter, budget, spec.config.prefilter_keep, dense_scorer(spec.config.dense, runtime.get().gateway))
+        data = chunks.prepare(
+            q.question,
+            q.candidates,
+            counter,
+            budget,
+            spec.config.prefilter_keep,
+            dense_scorer(spec.config.dense, runtime.get().gateway),
+        )
     if calls:  # its own key: a resumed run that embeds again adds its calls, never replaces them
         spent = Spent(run_id=spec.run_id, task="chunks", query_id=q.id, reason="pre-filter embeddings", calls=calls)
         put_model(store, layout.spent(f"prefilter-{jid}-{uuid.uuid4().hex[:8]}"), spent)
@@ -181,6 +222,8 @@ def _reuse(store: Store, layout: RunLayout, q: Query, jid: str) -> bool:
         return False
     if earlier.run_id == layout.run_id:
         return False
-    copy = earlier.model_copy(update={"run_id": layout.run_id, "reused_from": earlier.reused_from or earlier.run_id, "calls": []})
+    copy = earlier.model_copy(
+        update={"run_id": layout.run_id, "reused_from": earlier.reused_from or earlier.run_id, "calls": []}
+    )
     put_model(store, layout.result(q.task, q.id), copy, if_absent=True)
     return True

@@ -25,7 +25,11 @@ class RunState:
         self.spent: dict[str, Spent] = {}
 
     def poll(self) -> RunState:
-        for folder, seen, cls in (("results", self.results, JobResult), ("failures", self.failures, Failure), ("spent", self.spent, Spent)):
+        for folder, seen, cls in (
+            ("results", self.results, JobResult),
+            ("failures", self.failures, Failure),
+            ("spent", self.spent, Spent),
+        ):
             for key in self.store.keys(f"{self.layout.base}/{folder}/"):
                 if key not in seen:
                     seen[key] = get_model(self.store, key, cls)
@@ -104,9 +108,12 @@ def cost_report(state: RunState) -> dict:
     by_job: dict[tuple[Task, str], CostSummary] = {}
     for query_id, task, call in state.calls():
         for summary in (
-            total, by_task.setdefault(task, CostSummary()), by_stage.setdefault(call.stage, CostSummary()),
-            by_model.setdefault(call.model, CostSummary()), by_job.setdefault((task, query_id), CostSummary()),
-        ):  # fmt: skip
+            total,
+            by_task.setdefault(task, CostSummary()),
+            by_stage.setdefault(call.stage, CostSummary()),
+            by_model.setdefault(call.model, CostSummary()),
+            by_job.setdefault((task, query_id), CostSummary()),
+        ):
             summary.add(call)
 
     def dump(groups: dict) -> dict:
@@ -131,7 +138,11 @@ def _cascade_savings(state: RunState, document_calls: CostSummary | None) -> dic
         return None
     avoided, asked = routed.count("prior"), routed.count("llm") + routed.count("fuse")
     mean = document_calls.usd / asked if document_calls and asked and not document_calls.unpriced_calls else None
-    return {"llm_calls_avoided": avoided, "llm_calls_made": asked, "usd_saved_estimate": str(mean * avoided) if mean is not None else None}
+    return {
+        "llm_calls_avoided": avoided,
+        "llm_calls_made": asked,
+        "usd_saved_estimate": str(mean * avoided) if mean is not None else None,
+    }
 
 
 def run_metrics(state: RunState, k: int = 5) -> dict[str, dict[str, float]]:
@@ -169,10 +180,13 @@ def finalize(state: RunState, manifest: RunManifest, budget_spent: bool = False)
         planned = []
     pending = [p for p in planned if p["query_id"] not in done]
     counts = manifest.counts | {
-        "done": len(state.results), "failed": len(failed), "invalid_rows": len(state.input_failures),
-        "pending": len(pending), "skipped": len(state.skipped),
+        "done": len(state.results),
+        "failed": len(failed),
+        "invalid_rows": len(state.input_failures),
+        "pending": len(pending),
+        "skipped": len(state.skipped),
         "reused": sum(1 for r in state.results.values() if r.reused_from),
-    }  # fmt: skip
+    }
     if not pending:
         status = "complete"
     elif budget_spent or state.skipped:
@@ -180,10 +194,14 @@ def finalize(state: RunState, manifest: RunManifest, budget_spent: bool = False)
     else:
         status = "incomplete"
     now = datetime.now(UTC)
-    manifest = manifest.model_copy(update={
-        "status": status, "finished_at": now, "counts": counts,
-        "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
-    })  # fmt: skip
+    manifest = manifest.model_copy(
+        update={
+            "status": status,
+            "finished_at": now,
+            "counts": counts,
+            "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
+        }
+    )
     lines = [f.model_dump_json() for f in [*state.input_failures, *failed]]
     store.put(layout.file("failures.jsonl"), ("\n".join(lines) + "\n" if lines else "").encode())
     store.put(layout.file("pending.jsonl"), "".join(json.dumps(p) + "\n" for p in pending).encode())
@@ -207,28 +225,41 @@ def finalize(state: RunState, manifest: RunManifest, budget_spent: bool = False)
 def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) -> str:
     c = manifest.counts
     out = [
-        f"# Run {manifest.run_id}", "",
+        f"# Run {manifest.run_id}",
+        "",
         f"- status: **{manifest.status}**; input `{manifest.input}`; results `{manifest.results}`",
         f"- queries: {c.get('documents', 0)} document, {c.get('chunks', 0)} chunk; done {c.get('done', 0)}, "
         f"failed {c.get('failed', 0)}, pending {c.get('pending', 0)}; reused from earlier runs {c.get('reused', 0)}; "
         f"invalid input rows {c.get('invalid_rows', 0)}",
         f"- rankers: documents `{manifest.config.doc_ranker}` ({manifest.config.doc_prompt}), chunks "
         f"`{manifest.config.chunk_ranker}` ({manifest.config.chunk_prompt}); wall time {manifest.timings.get('wall_s', 0):.1f} s",
-        "", "## Cost", "",
+        "",
+        "## Cost",
+        "",
         "| group | calls | cache hits | attempts | 429s | prompt tokens | cached tokens | completion tokens | USD | unpriced calls |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]  # fmt: skip
-    rows = [("total", cost["total"])] + [(f"{kind} {k}", v) for kind in ("by_task", "by_stage", "by_model") for k, v in cost[kind].items()]
+    ]
+    rows = [("total", cost["total"])] + [
+        (f"{kind} {k}", v) for kind in ("by_task", "by_stage", "by_model") for k, v in cost[kind].items()
+    ]
     for name, s in rows:
         out.append(
             f"| {name} | {s['calls']} | {s['cached_calls']} | {s['attempts']} | {s['throttled']} | {s['prompt_tokens']} | {s['cached_tokens']} | "
             f"{s['completion_tokens']} | {Decimal(s['usd']):.4f} | {s['unpriced_calls']} |"
         )
     if metrics:
-        out += ["", "## Metrics (k = 5)", "", "| task | queries | NDCG@5 | MRR@5 | MAP@5 | missing |", "|---|---:|---:|---:|---:|---:|"]
+        out += [
+            "",
+            "## Metrics (k = 5)",
+            "",
+            "| task | queries | NDCG@5 | MRR@5 | MAP@5 | missing |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for task, m in metrics.items():
             if "ndcg@5" in m:
-                    out.append(f"| {task} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} | {m['missing']} |")
+                out.append(
+                    f"| {task} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} | {m['missing']} |"
+                )
     flags = Counter(f for r in state.results.values() for f in r.ranking.flags)
     if flags:
         out += ["", "## Flags", "", *(f"- {flag}: {n} queries" for flag, n in sorted(flags.items()))]

@@ -32,9 +32,14 @@ def _bind(task, job: Job, **extra) -> None:
     request = task.request
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(
-        run_id=job.run_id, job_id=job.job_id, query_id=job.query_id, task=task.name,
-        attempt=request.retries + 1, redelivered=bool((request.delivery_info or {}).get("redelivered")), **extra,
-    )  # fmt: skip
+        run_id=job.run_id,
+        job_id=job.job_id,
+        query_id=job.query_id,
+        task=task.name,
+        attempt=request.retries + 1,
+        redelivered=bool((request.delivery_info or {}).get("redelivered")),
+        **extra,
+    )
 
 
 def _later(task, args: list, calls: list[CallRecord], err: Exception):
@@ -46,7 +51,7 @@ def _later(task, args: list, calls: list[CallRecord], err: Exception):
     elif task.request.retries >= MAX_TRANSIENT_RETRIES:
         raise err
     else:
-        countdown = min(300.0, 2.0 ** task.request.retries) * random.uniform(0.5, 1.0)
+        countdown = min(300.0, 2.0**task.request.retries) * random.uniform(0.5, 1.0)
     log.info("job deferred", reason=str(err), countdown=round(countdown, 2))
     raise task.retry(args=[*args[:-1], message], countdown=countdown, max_retries=None)
 
@@ -85,7 +90,9 @@ def rank_segment(self, message: dict) -> dict:
         try:
             data = rt.chunk_input(seg.job)
             with spending(rt.budget(seg.job)), icl.about(seg.job.query_id):
-                outcome = chunks.rank_segment(rt.ranker(seg.job, "segments"), data, seg.indices, seg.k, seg.level, seg.number)
+                outcome = chunks.rank_segment(
+                    rt.ranker(seg.job, "segments"), data, seg.indices, seg.k, seg.level, seg.number
+                )
         except BudgetExhausted:
             outcome = SegmentOutcome(level=seg.level, segment=seg.number, calls=list(calls), budget_exhausted=True)
         except (RateLimited, *TRANSIENT) as err:
@@ -115,7 +122,9 @@ def aggregate_segments(self, outcomes: list[dict], message: dict) -> None:
         try:
             data = rt.chunk_input(job)
             try:
-                step = chunks.after_level(current, data, config.top_n, config.segment_top_k, config.segment_tokens, level)
+                step = chunks.after_level(
+                    current, data, config.top_n, config.segment_top_k, config.segment_tokens, level
+                )
             except chunks.AllSegmentsFailed as err:
                 rt.save_failure(job, f"every segment failed: {err}", spent())
                 return
@@ -141,7 +150,9 @@ def aggregate_segments(self, outcomes: list[dict], message: dict) -> None:
     log.info("job done", segments=segments, flags=ranking.flags)
 
 
-def enqueue_level(job: ChunkJob, level: int, plan: chunks.Level, earlier: list[SegmentOutcome] = (), carried: list[CallRecord] = ()) -> None:  # fmt: skip
+def enqueue_level(
+    job: ChunkJob, level: int, plan: chunks.Level, earlier: list[SegmentOutcome] = (), carried: list[CallRecord] = ()
+) -> None:
     """One chord per level: every segment in parallel, then the aggregation."""
     header = [
         rank_segment.s(SegmentJob(job=job, level=level, number=i, indices=seg, k=plan.k).model_dump(mode="json"))

@@ -81,8 +81,6 @@ def start_worker(tmp_path):
         worker.stop()
 
 
-
-
 def read_run(endpoint: str, bucket: str, run_id: str, prefix: str = "prism") -> dict:
     """Everything a run stored in S3: manifest, cost, results, failures, spent records."""
     import json

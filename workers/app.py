@@ -50,7 +50,9 @@ app = make_app()
 def _check_fleet(instance=None, **_):
     settings: Settings = instance.app.prism_settings
     if settings.embedded:
-        raise SystemExit("PRISM_BROKER_URL is not set: a fleet worker needs the broker the producer uses (e.g. redis://host:6379/0)")
+        raise SystemExit(
+            "PRISM_BROKER_URL is not set: a fleet worker needs the broker the producer uses (e.g. redis://host:6379/0)"
+        )
     logs.configure(settings.log_level)
     logs.get().info("worker settings", settings=settings.masked())
 

@@ -16,9 +16,14 @@ def embedded_worker(app: Celery, concurrency: int = 2) -> Iterator[None]:
     app.set_default()
     app.set_current()
     worker = app.WorkController(
-        pool="threads", concurrency=concurrency, hostname="embedded@localhost", loglevel="WARNING",
-        without_heartbeat=True, without_mingle=True, without_gossip=True,
-    )  # fmt: skip
+        pool="threads",
+        concurrency=concurrency,
+        hostname="embedded@localhost",
+        loglevel="WARNING",
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+    )
     thread = threading.Thread(target=worker.start, name="embedded-worker", daemon=True)
     thread.start()
     try:

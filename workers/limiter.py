@@ -30,7 +30,9 @@ class ModelLimits(BaseModel):
 
 
 class FleetLimiter:
-    def __init__(self, storage_uri: str, limits: Mapping[str, ModelLimits], max_block_s: float = 5.0, headroom: float = 1.0):
+    def __init__(
+        self, storage_uri: str, limits: Mapping[str, ModelLimits], max_block_s: float = 5.0, headroom: float = 1.0
+    ):
         self.storage = storage_from_string(storage_uri)
         self.strategy = SlidingWindowCounterRateLimiter(self.storage)
         self.max_block_s = max_block_s

@@ -48,7 +48,9 @@ class FleetCollector:
     def collect(self):
         values = {k.decode(): int(v) for k, v in self.client.hgetall(KEY).items()}
         jobs = CounterMetricFamily("prism_jobs", "Jobs finished, by task and state", labels=["task", "state"])
-        calls = CounterMetricFamily("prism_llm_calls", "LLM calls, by stage, model and outcome", labels=["stage", "model", "outcome"])
+        calls = CounterMetricFamily(
+            "prism_llm_calls", "LLM calls, by stage, model and outcome", labels=["stage", "model", "outcome"]
+        )
         tokens = CounterMetricFamily("prism_llm_tokens", "LLM tokens billed", labels=["model", "kind"])
         throttled = CounterMetricFamily("prism_llm_throttled", "Attempts refused with HTTP 429", labels=["model"])
         usd = CounterMetricFamily("prism_llm_usd", "USD spent on priced calls", labels=["model"])

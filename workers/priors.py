@@ -82,8 +82,12 @@ def with_examples(config: RunConfig, settings: Settings) -> RunConfig:
     if not any(config.icl.values()):
         return config.model_copy(update={"icl_index": None})
     if not settings.icl_index:
-        raise ExampleStoreError("in-context examples are on but PRISM_ICL_INDEX names no example store (prism icl build)")
+        raise ExampleStoreError(
+            "in-context examples are on but PRISM_ICL_INDEX names no example store (prism icl build)"
+        )
     examples = read_examples(settings.icl_index, settings)
     if examples.meta["embedder"] != config.models["embeddings"]:
-        raise ExampleStoreError(f"the example store was built with {examples.meta['embedder']!r}; set PRISM_EMBEDDER to match")
+        raise ExampleStoreError(
+            f"the example store was built with {examples.meta['embedder']!r}; set PRISM_EMBEDDER to match"
+        )
     return config.model_copy(update={"icl_index": f"{settings.icl_index}#{examples.meta['sha256']}"})

@@ -72,7 +72,9 @@ class Runtime:
     def ranker(self, job: Job, stage: Stage) -> Ranker:
         key = (job.config.fingerprint(), stage)
         if key not in self._rankers:
-            self._rankers[key] = build_ranker(job.config, stage, self.gateway, prior_for(job.config), examples_for_run(job.config))
+            self._rankers[key] = build_ranker(
+                job.config, stage, self.gateway, prior_for(job.config), examples_for_run(job.config)
+            )
         return self._rankers[key]
 
     def chunk_input(self, job: ChunkJob) -> ChunkInput:
@@ -89,12 +91,30 @@ class Runtime:
 
     # -- outcomes: each job ends in exactly one of a result, a failure or a skip ---------------
 
-    def save_result(self, job: Job, ranking: Ranking, calls: list[CallRecord], started_at: datetime, n_candidates: int, segments: int = 1, levels: int = 1) -> None:  # fmt: skip
+    def save_result(
+        self,
+        job: Job,
+        ranking: Ranking,
+        calls: list[CallRecord],
+        started_at: datetime,
+        n_candidates: int,
+        segments: int = 1,
+        levels: int = 1,
+    ) -> None:
         result = JobResult(
-            run_id=job.run_id, job_id=job.job_id, query_id=job.query_id, task=job.task,
-            ranker=job.config.ranker_for(job.task), n_candidates=n_candidates, ranking=ranking, calls=calls,
-            segments=segments, levels=levels, started_at=started_at, finished_at=datetime.now(UTC),
-        )  # fmt: skip
+            run_id=job.run_id,
+            job_id=job.job_id,
+            query_id=job.query_id,
+            task=job.task,
+            ranker=job.config.ranker_for(job.task),
+            n_candidates=n_candidates,
+            ranking=ranking,
+            calls=calls,
+            segments=segments,
+            levels=levels,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+        )
         store, layout = self.store(job.results), RunLayout(job.run_id)
         if put_model(store, layout.result(job.task, job.query_id), result, if_absent=True):
             store.put(layout.index(job.job_id), layout.result(job.task, job.query_id).encode())
@@ -104,19 +124,35 @@ class Runtime:
 
     def save_failure(self, job: Job, error: str, calls: list[CallRecord]) -> None:
         failure = Failure(
-            run_id=job.run_id, kind="job", error=error, query_id=job.query_id, task=job.task, line=job.line,
-            source=job.source or None, calls=calls,
-        )  # fmt: skip
-        if put_model(self.store(job.results), RunLayout(job.run_id).failure(f"{job.task}-{job.query_id}"), failure, if_absent=True):
+            run_id=job.run_id,
+            kind="job",
+            error=error,
+            query_id=job.query_id,
+            task=job.task,
+            line=job.line,
+            source=job.source or None,
+            calls=calls,
+        )
+        if put_model(
+            self.store(job.results),
+            RunLayout(job.run_id).failure(f"{job.task}-{job.query_id}"),
+            failure,
+            if_absent=True,
+        ):
             self._count(job, "failed", calls)
         else:
             self._spent(job, calls, "duplicate delivery: the failure was already stored")
 
     def save_skipped(self, job: Job, calls: list[CallRecord]) -> None:
         skipped = Failure(
-            run_id=job.run_id, kind="skipped", error="the run's budget is spent", query_id=job.query_id,
-            task=job.task, line=job.line, calls=calls,
-        )  # fmt: skip
+            run_id=job.run_id,
+            kind="skipped",
+            error="the run's budget is spent",
+            query_id=job.query_id,
+            task=job.task,
+            line=job.line,
+            calls=calls,
+        )
         put_model(self.store(job.results), RunLayout(job.run_id).skipped(job.task, job.query_id), skipped)
         self._count(job, "skipped", calls)
 

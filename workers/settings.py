@@ -57,9 +57,13 @@ class Settings(BaseSettings):
 
     # shared state: the fleet limiter, the hot cache, run budgets, metrics
     redis_url: str | None = None  # default: the broker, when it is Redis
-    llm_limits: dict[str, ModelLimits] = {}  # per model ("*" for any): {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}
+    llm_limits: dict[
+        str, ModelLimits
+    ] = {}  # per model ("*" for any): {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}
     limiter_max_block_s: float = 5.0  # longer waits give the worker slot back (the task comes back later)
-    limiter_headroom: float = 0.98  # use this share of each limit: the shared counters approximate the provider's exact window
+    limiter_headroom: float = (
+        0.98  # use this share of each limit: the shared counters approximate the provider's exact window
+    )
     cache: bool = True  # answer identical LLM requests from the response cache
     cache_uri: str | None = None  # durable cache: a folder or s3://...; default: the results store
     cache_ttl_s: int = 90 * 24 * 3600
@@ -69,7 +73,9 @@ class Settings(BaseSettings):
     max_requeues: int = 3
 
     # the method
-    doc_ranker: Literal["auto", "llm", "lexical", "prior", "cascade", "fuse", "agents"] = "auto"  # auto: cascade with an LLM, else prior
+    doc_ranker: Literal["auto", "llm", "lexical", "prior", "cascade", "fuse", "agents"] = (
+        "auto"  # auto: cascade with an LLM, else prior
+    )
     doc_prior: str | None = None  # the prior model (a folder or s3:// prefix); default: the one shipped
     cascade_threshold: float | None = None  # default: the model's own (set for a share of queries when fitted)
     chunk_ranker: Literal["auto", "llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"] = "auto"
@@ -95,7 +101,9 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:  # fmt: skip
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings)
         if path := os.environ.get("PRISM_CONFIG"):
             sources += (TomlConfigSettingsSource(settings_cls, toml_file=path),)
@@ -120,16 +128,26 @@ class Settings(BaseSettings):
         doc_ranker = self.doc_ranker if self.doc_ranker != "auto" else ("cascade" if llm else "prior")
         chunk_ranker = self.chunk_ranker if self.chunk_ranker != "auto" else ("llm" if llm else "lexical")
         fields = {
-            "doc_ranker": doc_ranker, "chunk_ranker": chunk_ranker, "cascade_threshold": self.cascade_threshold,
-            "doc_prompt": self.doc_prompt, "chunk_prompt": self.chunk_prompt,
-            "models": {s: self.llm_models.get(s, self.embedder if s == "embeddings" else self.llm_model) for s in STAGES},
-            "max_output_tokens": self.llm_max_output_tokens, "top_n": self.top_n,
-            "segment_top_k": self.segment_top_k, "segment_tokens": self.segment_tokens,
+            "doc_ranker": doc_ranker,
+            "chunk_ranker": chunk_ranker,
+            "cascade_threshold": self.cascade_threshold,
+            "doc_prompt": self.doc_prompt,
+            "chunk_prompt": self.chunk_prompt,
+            "models": {
+                s: self.llm_models.get(s, self.embedder if s == "embeddings" else self.llm_model) for s in STAGES
+            },
+            "max_output_tokens": self.llm_max_output_tokens,
+            "top_n": self.top_n,
+            "segment_top_k": self.segment_top_k,
+            "segment_tokens": self.segment_tokens,
             "icl": {t: k for t, k in (("documents", self.icl_documents), ("chunks", self.icl_chunks)) if k},
-            "prefilter_keep": self.prefilter_keep, "dense": self.dense,
-            "evidence_rounds": self.evidence_rounds, "evidence_strictness": self.evidence_strictness,
-            "evidence_focus": self.evidence_focus, "evidence_granularity": self.evidence_granularity,
-        }  # fmt: skip
+            "prefilter_keep": self.prefilter_keep,
+            "dense": self.dense,
+            "evidence_rounds": self.evidence_rounds,
+            "evidence_strictness": self.evidence_strictness,
+            "evidence_focus": self.evidence_focus,
+            "evidence_granularity": self.evidence_granularity,
+        }
         fields |= {k: v for k, v in overrides.items() if v is not None}
         if fields["chunk_ranker"] == "evidence" and not fields["prefilter_keep"]:
             fields["prefilter_keep"] = 20  # the rounds read every candidate: narrow a filing first
@@ -137,24 +155,33 @@ class Settings(BaseSettings):
 
     def endpoints(self) -> dict[Stage, Endpoint]:
         base = Endpoint(
-            base_url=self.llm_base_url, provider=self.llm_provider, api_version=self.llm_api_version,
+            base_url=self.llm_base_url,
+            provider=self.llm_provider,
+            api_version=self.llm_api_version,
             api_key=self.llm_api_key.get_secret_value() if self.llm_api_key else None,
-        )  # fmt: skip
+        )
         out = {}
         for stage in STAGES:
             o = self.llm_endpoints.get(stage)
-            out[stage] = base if o is None else Endpoint(
-                base_url=o.base_url or base.base_url, provider=o.provider or base.provider,
-                api_key=o.api_key.get_secret_value() if o.api_key else base.api_key,
-                api_version=o.api_version or base.api_version,
-            )  # fmt: skip
+            out[stage] = (
+                base
+                if o is None
+                else Endpoint(
+                    base_url=o.base_url or base.base_url,
+                    provider=o.provider or base.provider,
+                    api_key=o.api_key.get_secret_value() if o.api_key else base.api_key,
+                    api_version=o.api_version or base.api_version,
+                )
+            )
         return out
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
-            max_attempts=self.llm_max_attempts, backoff_cap_s=self.llm_backoff_cap_s, timeout_s=self.llm_timeout_s,
+            max_attempts=self.llm_max_attempts,
+            backoff_cap_s=self.llm_backoff_cap_s,
+            timeout_s=self.llm_timeout_s,
             expected_output_tokens=self.llm_expected_output_tokens,
-        )  # fmt: skip
+        )
 
     def masked(self) -> dict:
         """The settings as printed at start: secrets and URL passwords hidden."""

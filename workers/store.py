@@ -1,12 +1,12 @@
 """Where inputs are read and results written: a local folder or an S3 bucket, laid out alike.
 
-    runs/<run_id>/manifest.json, cost.json, failures.jsonl, report.md, qrels.json
-    runs/<run_id>/results/<task>/<query_id>.json     one per query, same key on every rerun
-    runs/<run_id>/failures/<name>.json               one per failed query or bad input row
-    runs/<run_id>/inputs/<query_id>.json             chunk queries, stored once (claim check)
-    runs/<run_id>/spent/<id>.json                    calls of a job delivered twice
-    index/jobs/<job_id>                              the key of a stored result, for later runs
-    cache/llm/<key>.json                             the durable LLM response cache
+runs/<run_id>/manifest.json, cost.json, failures.jsonl, report.md, qrels.json
+runs/<run_id>/results/<task>/<query_id>.json     one per query, same key on every rerun
+runs/<run_id>/failures/<name>.json               one per failed query or bad input row
+runs/<run_id>/inputs/<query_id>.json             chunk queries, stored once (claim check)
+runs/<run_id>/spent/<id>.json                    calls of a job delivered twice
+index/jobs/<job_id>                              the key of a stored result, for later runs
+cache/llm/<key>.json                             the durable LLM response cache
 """
 
 from __future__ import annotations
@@ -144,7 +144,11 @@ class S3Store:
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **extra)
             return True
         except self.client.exceptions.ClientError as err:
-            if if_absent and err.response["Error"]["Code"] in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+            if if_absent and err.response["Error"]["Code"] in (
+                "PreconditionFailed",
+                "412",
+                "ConditionalRequestConflict",
+            ):
                 return False
             raise
 
@@ -180,7 +184,9 @@ def s3_client(settings: Settings):
     # Path-style addressing for S3-compatible servers on a plain host:port.
     style = "path" if settings.s3_endpoint_url else "auto"
     config = Config(s3={"addressing_style": style}, retries={"max_attempts": 8, "mode": "standard"})
-    return boto3.client("s3", endpoint_url=settings.s3_endpoint_url, region_name=settings.s3_region or "us-east-1", config=config)
+    return boto3.client(
+        "s3", endpoint_url=settings.s3_endpoint_url, region_name=settings.s3_region or "us-east-1", config=config
+    )
 
 
 def open_store(uri: str, settings: Settings) -> Store:

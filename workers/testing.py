@@ -15,7 +15,11 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-S3_KEYS = {"AWS_ACCESS_KEY_ID": "prism-test-key", "AWS_SECRET_ACCESS_KEY": "prism-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+S3_KEYS = {
+    "AWS_ACCESS_KEY_ID": "prism-test-key",
+    "AWS_SECRET_ACCESS_KEY": "prism-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def free_port_pair() -> int:
@@ -53,24 +57,40 @@ class SeaweedS3:
         self.endpoint = f"http://127.0.0.1:{port}"
         self.log = workdir / "weed.log"
         self.cmd = [
-            weed, f"-logdir={workdir / 'logs'}", "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.port={port}", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            f"-master.port={free_port_pair()}", f"-volume.port={free_port_pair()}", f"-filer.port={free_port_pair()}",
-            f"-admin.port={free_port_pair()}", "-master.telemetry=false",
-        ]  # fmt: skip
+            weed,
+            f"-logdir={workdir / 'logs'}",
+            "mini",
+            f"-dir={workdir / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.port={port}",
+            "-webdav=false",
+            "-admin.ui=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-master.port={free_port_pair()}",
+            f"-volume.port={free_port_pair()}",
+            f"-filer.port={free_port_pair()}",
+            f"-admin.port={free_port_pair()}",
+            "-master.telemetry=false",
+        ]
         self.start()
 
     def start(self) -> None:
         """Start (again, on the same ports and data) and wait until S3 answers."""
         self.proc = subprocess.Popen(
-            self.cmd, env=os.environ | S3_KEYS, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
+            self.cmd,
+            env=os.environ | S3_KEYS,
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 60
         while True:
             try:
                 self.client().list_buckets()
                 return
-            except Exception:
+            except Exception:  # noqa: BLE001 - not up yet
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"SeaweedFS did not start:\n{self.log.read_text()[-2000:]}") from None
@@ -100,8 +120,22 @@ class RedisServer:
         self.start()
 
     def start(self) -> None:
-        cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=open(self.workdir / "redis.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        cmd = [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=open(self.workdir / "redis.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True
+        )
         import redis
 
         deadline = time.monotonic() + 20
@@ -123,9 +157,13 @@ def s3_client(endpoint: str):
     from botocore.config import Config
 
     return boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"], config=Config(s3={"addressing_style": "path"}),
-    )  # fmt: skip
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"],
+        config=Config(s3={"addressing_style": "path"}),
+    )
 
 
 def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | None, **extra: str) -> dict[str, str]:
@@ -139,7 +177,12 @@ def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | Non
     if s3_endpoint:
         env["PRISM_S3_ENDPOINT_URL"] = s3_endpoint
     if llm_url:
-        env |= {"PRISM_LLM_BASE_URL": llm_url, "PRISM_LLM_API_KEY": "sk-test", "PRISM_LLM_BACKOFF_CAP_S": "2", "PRISM_DOC_RANKER": "llm"}
+        env |= {
+            "PRISM_LLM_BASE_URL": llm_url,
+            "PRISM_LLM_API_KEY": "sk-test",
+            "PRISM_LLM_BACKOFF_CAP_S": "2",
+            "PRISM_DOC_RANKER": "llm",
+        }
     return env | extra
 
 
@@ -149,10 +192,24 @@ class WorkerProcess:
     def __init__(self, env: dict[str, str], log: Path, concurrency: int = 2, pool: str = "prefork"):
         self.log = log
         cmd = [
-            str(Path(sys.executable).parent / "celery"), "-A", "workers.app", "worker", "-P", pool, "-c", str(concurrency),
-            "-n", f"w{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle", "-l", "INFO",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+            str(Path(sys.executable).parent / "celery"),
+            "-A",
+            "workers.app",
+            "worker",
+            "-P",
+            pool,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"w{uuid.uuid4().hex[:6]}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "INFO",
+        ]
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 60
         while b" ready." not in log.read_bytes():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -166,5 +223,10 @@ class WorkerProcess:
 
 def prism_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(Path(sys.executable).parent / "prism"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [str(Path(sys.executable).parent / "prism"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )

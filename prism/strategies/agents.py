@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from prism.datasets import MARKERS
 from prism.llm import Gateway
@@ -107,7 +107,14 @@ class Agent:
         try:
             return parse_json(reply, shape)
         except ValueError as first:
-            retry = [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": f"That reply was not usable ({first}). Reply again with only the JSON object, in the shape asked for."}]  # fmt: skip
+            retry = [
+                *messages,
+                {"role": "assistant", "content": reply},
+                {
+                    "role": "user",
+                    "content": f"That reply was not usable ({first}). Reply again with only the JSON object, in the shape asked for.",
+                },
+            ]
             try:
                 return parse_json(self._send(retry), shape)
             except ValueError as second:
@@ -115,7 +122,9 @@ class Agent:
                 return None
 
     def _send(self, messages: list[dict]) -> str:
-        return self.gateway.complete(messages, stage=self.stage, model=self.model, max_output_tokens=self.max_output_tokens).text
+        return self.gateway.complete(
+            messages, stage=self.stage, model=self.model, max_output_tokens=self.max_output_tokens
+        ).text
 
 
 def in_parallel(calls: Sequence[Callable[[], object]]) -> list:
@@ -198,7 +207,10 @@ class DocumentAgents:
 
 A2_WEIGHTS = {"relevance": 0.35, "context": 0.35, "evidence": 0.2, "diversity": -0.15}
 VARIANTS = {
-    "a1": {"filters": (), "weights": dict.fromkeys(("ceo", "financial_analyst", "operations_manager", "risk_analyst"), 0.25)},
+    "a1": {
+        "filters": (),
+        "weights": dict.fromkeys(("ceo", "financial_analyst", "operations_manager", "risk_analyst"), 0.25),
+    },
     "a2": {"filters": ("noise", "select"), "weights": A2_WEIGHTS},
     "a3": {"filters": ("quick",), "weights": dict.fromkeys(("relevance", "context", "evidence"), 1 / 3)},
     "a4": {"filters": (), "weights": {"quantitative": 0.5, "qualitative": 0.5}},
@@ -224,7 +236,7 @@ class ChunkAgents:
         systems = {role: f"{text['common']} {text['roles'][role]}" for role in spec["weights"]}
         replies = in_parallel([lambda s=s: self.agent.ask(s, user, Scores, notes) for s in systems.values()])
         total, used = [0.0] * len(shown), 0.0
-        for (role, weight), reply in zip(spec["weights"].items(), replies):
+        for (_role, weight), reply in zip(spec["weights"].items(), replies):
             scores = scores_of(reply, len(shown), notes)
             if scores is None:
                 flags.append("repaired")
@@ -236,7 +248,9 @@ class ChunkAgents:
         ranking = _ranked(total, top_k, notes, list(dict.fromkeys(flags)))
         return ranking.model_copy(update={"indices": [alive[i] for i in ranking.indices]})
 
-    def _filter(self, name: str, question: str, candidates: Sequence[str], alive: list[int], notes: list[str], flags: list) -> list[int]:  # fmt: skip
+    def _filter(
+        self, name: str, question: str, candidates: Sequence[str], alive: list[int], notes: list[str], flags: list
+    ) -> list[int]:
         low, high, least = KEEP[name]
         n = len(alive)
         floor, ceiling = min(n, max(least, round(low * n))), max(1, round(high * n))
@@ -247,6 +261,8 @@ class ChunkAgents:
         kept = list(dict.fromkeys(i for i in (reply.keep if reply else []) if 0 <= i < n))
         if reply is None or not floor <= len(kept) <= ceiling:
             flags.append("repaired")
-            notes.append(f"the {name} filter kept {len(kept)} of {n}, outside {floor}..{ceiling}; kept its first {ceiling} or all")
+            notes.append(
+                f"the {name} filter kept {len(kept)} of {n}, outside {floor}..{ceiling}; kept its first {ceiling} or all"
+            )
             kept = kept[:ceiling] if len(kept) >= floor else list(range(n))
         return [alive[i] for i in sorted(kept)]

@@ -36,7 +36,9 @@ class ChunkInput(BaseModel):
     origin: list[int] | None = None  # after a pre-filter: each kept chunk's index in the filing
 
 
-def prepare(question: str, chunks: Sequence[str], counter: TokenCounter, budget: int, keep: int | None = None, dense="lsa") -> ChunkInput:  # fmt: skip
+def prepare(
+    question: str, chunks: Sequence[str], counter: TokenCounter, budget: int, keep: int | None = None, dense="lsa"
+) -> ChunkInput:
     """Keep the best ``keep`` chunks by BM25 + dense fusion when asked, count every chunk's
     tokens, and cut any chunk that alone would overflow a segment."""
     origin = prefilter(question, chunks, keep, dense) if keep and len(chunks) > keep else None
@@ -47,7 +49,9 @@ def prepare(question: str, chunks: Sequence[str], counter: TokenCounter, budget:
             texts[i] = counter.truncate(texts[i], budget - MARKER_TOKENS)
             costs[i] = budget
             truncated.append(i)
-    return ChunkInput(question=question, chunks=texts, costs=costs, truncated=truncated, exact_counts=counter.exact, origin=origin)
+    return ChunkInput(
+        question=question, chunks=texts, costs=costs, truncated=truncated, exact_counts=counter.exact, origin=origin
+    )
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,9 @@ def first_level(data: ChunkInput, top_n: int, k: int, budget: int) -> Level:
     return Level(segments, top_n if len(segments) == 1 else k)  # one segment: its ranking is final
 
 
-def rank_segment(ranker: Ranker, data: ChunkInput, segment: Sequence[int], k: int, level: int, number: int) -> SegmentOutcome:
+def rank_segment(
+    ranker: Ranker, data: ChunkInput, segment: Sequence[int], k: int, level: int, number: int
+) -> SegmentOutcome:
     """Rank one segment; failures are kept in the outcome so the other segments still count.
     Deferred (rate limit, budget) is not a failure and goes up to the task."""
     started = datetime.now(UTC)
@@ -76,10 +82,15 @@ def rank_segment(ranker: Ranker, data: ChunkInput, segment: Sequence[int], k: in
             error = f"{type(err).__name__}: {err}"
             return SegmentOutcome(level=level, segment=number, started_at=started, calls=calls, error=error)
     return SegmentOutcome(
-        level=level, segment=number, started_at=started, indices=indices, flags=ranking.flags,
-        notes=[f"segment {level}.{number}: {n}" for n in ranking.notes], calls=calls,
+        level=level,
+        segment=number,
+        started_at=started,
+        indices=indices,
+        flags=ranking.flags,
+        notes=[f"segment {level}.{number}: {n}" for n in ranking.notes],
+        calls=calls,
         details=_positions(ranking.details, list(segment)),
-    )  # fmt: skip
+    )
 
 
 def _rank_fitting(ranker: Ranker, data: ChunkInput, segment: list[int], k: int) -> tuple[list[int], Ranking]:
@@ -120,7 +131,9 @@ class Pool:
     indices: list[int]
 
 
-def after_level(outcomes: Sequence[SegmentOutcome], data: ChunkInput, top_n: int, k: int, budget: int, level: int) -> Ranking | Pool | Level:
+def after_level(
+    outcomes: Sequence[SegmentOutcome], data: ChunkInput, top_n: int, k: int, budget: int, level: int
+) -> Ranking | Pool | Level:
     """What follows a level: the final ranking (a single segment), the pool to re-rank, or one
     more level when the pool is still over the budget."""
     done = [o for o in outcomes if o.error is None]
@@ -153,9 +166,11 @@ def finish(indices: list[int], outcomes: Sequence[SegmentOutcome], data: ChunkIn
         notes.append(f"chunks cut to fit the segment budget: {[origin[i] for i in data.truncated]}")
     details = next((o.details for o in reversed(outcomes) if o.details), {})
     return Ranking(
-        indices=[origin[i] for i in indices], flags=list(dict.fromkeys(flags)), notes=notes,
+        indices=[origin[i] for i in indices],
+        flags=list(dict.fromkeys(flags)),
+        notes=notes,
         details=_positions(details, origin),
-    )  # fmt: skip
+    )
 
 
 def _positions(details: dict, mapping: list[int]) -> dict:
@@ -165,15 +180,21 @@ def _positions(details: dict, mapping: list[int]) -> dict:
     return details | {"evidence": [mapping[i] for i in details["evidence"]]}
 
 
-def rerank(ranker: Ranker, data: ChunkInput, pool: Pool, top_n: int, outcomes: Sequence[SegmentOutcome], level: int) -> SegmentOutcome:
+def rerank(
+    ranker: Ranker, data: ChunkInput, pool: Pool, top_n: int, outcomes: Sequence[SegmentOutcome], level: int
+) -> SegmentOutcome:
     """Re-rank the pool; if that call fails for good, fall back to the segments' own order."""
     final = rank_segment(ranker, data, pool.indices, top_n, level, 0)
     if final.error:
         fallback = interleave([o for o in outcomes if o.error is None])[:top_n]
-        return final.model_copy(update={
-            "indices": fallback, "error": None, "flags": ["degraded"],
-            "notes": [f"pool re-rank failed ({final.error}); kept the segments' own order"],
-        })  # fmt: skip
+        return final.model_copy(
+            update={
+                "indices": fallback,
+                "error": None,
+                "flags": ["degraded"],
+                "notes": [f"pool re-rank failed ({final.error}); kept the segments' own order"],
+            }
+        )
     return final
 
 
@@ -192,7 +213,9 @@ def _fit(order: list[int], costs: Sequence[int], budget: int) -> list[int]:
     return kept
 
 
-def rank_chunks(segments: Ranker, pool_ranker: Ranker, data: ChunkInput, top_n: int, k: int, budget: int) -> tuple[Ranking, list[SegmentOutcome]]:
+def rank_chunks(
+    segments: Ranker, pool_ranker: Ranker, data: ChunkInput, top_n: int, k: int, budget: int
+) -> tuple[Ranking, list[SegmentOutcome]]:
     """The whole segmented ranking in this process: every level, then the pool re-rank."""
     step: Ranking | Pool | Level = first_level(data, top_n, k, budget)
     outcomes: list[SegmentOutcome] = []

@@ -34,12 +34,14 @@ class Answer(BaseModel):
     answer: str
 
 
-SHAPES.update({
-    SubQuestions: 'subquestions-json {"sub_questions": ["..."]}',
-    Selected: 'select-json {"selected": [2, 5]}',
-    Added: 'add-json {"add": []}',
-    Answer: 'answer-json {"answer": "..."}',
-})  # fmt: skip
+SHAPES.update(
+    {
+        SubQuestions: 'subquestions-json {"sub_questions": ["..."]}',
+        Selected: 'select-json {"selected": [2, 5]}',
+        Added: 'add-json {"add": []}',
+        Answer: 'answer-json {"answer": "..."}',
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,12 @@ class EvidenceRanker:
         text, lever = roles()["evidence"], roles()["evidence"]["levers"]
         notes: list[str] = []
         n = len(candidates)
-        asked = self.agent.ask(text["analyzer"].format(granularity=lever[self.levers.granularity]), f"Question: {question}", SubQuestions, notes)
+        asked = self.agent.ask(
+            text["analyzer"].format(granularity=lever[self.levers.granularity]),
+            f"Question: {question}",
+            SubQuestions,
+            notes,
+        )
         subs = asked.sub_questions if asked else [question]
         if asked is None:
             notes.append("no usable sub-questions; the question itself is the only one")
@@ -73,23 +80,40 @@ class EvidenceRanker:
         passages = listing("chunks", question, candidates)
         evidence: list[int] = []
         rounds = 0
-        for rounds in range(1, self.levers.rounds + 1):
+        for rounds in range(1, self.levers.rounds + 1):  # noqa: B007 - read after the loop
             before = list(evidence)
-            picked = self._indices(self.agent.ask(
-                text["selector"].format(strictness=lever[self.levers.strictness]),
-                f"{head}\n\n{passages}\n\nPicked so far: {evidence or '[]'}", Selected, notes,
-            ), "selected", n)  # fmt: skip
+            picked = self._indices(
+                self.agent.ask(
+                    text["selector"].format(strictness=lever[self.levers.strictness]),
+                    f"{head}\n\n{passages}\n\nPicked so far: {evidence or '[]'}",
+                    Selected,
+                    notes,
+                ),
+                "selected",
+                n,
+            )
             evidence = list(dict.fromkeys(evidence + picked))
-            added = self._indices(self.agent.ask(
-                text["adder"].format(focus=lever[self.levers.focus]),
-                f"{head}\n\n{passages}\n\nPicked so far: {evidence or '[]'}", Added, notes,
-            ), "add", n)  # fmt: skip
+            added = self._indices(
+                self.agent.ask(
+                    text["adder"].format(focus=lever[self.levers.focus]),
+                    f"{head}\n\n{passages}\n\nPicked so far: {evidence or '[]'}",
+                    Added,
+                    notes,
+                ),
+                "add",
+                n,
+            )
             evidence = list(dict.fromkeys(evidence + added))
             if evidence == before:
                 break
         quoted = "\n\n".join(f"[Passage {i}] {candidates[i]}" for i in evidence) or "(no evidence was found)"
         reply = self.agent.ask(text["answer"], f"Question: {question}\n\nEvidence:\n{quoted}", Answer, notes)
-        details = {"sub_questions": subs, "evidence": evidence, "answer": reply.answer if reply else None, "rounds": rounds}
+        details = {
+            "sub_questions": subs,
+            "evidence": evidence,
+            "answer": reply.answer if reply else None,
+            "rounds": rounds,
+        }
         return Ranking(indices=evidence[:top_k], notes=notes, flags=["repaired"] if notes else [], details=details)
 
     @staticmethod

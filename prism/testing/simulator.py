@@ -54,7 +54,9 @@ class Simulator:
         self.grades: dict[str, dict[str, int]] = {}  # question -> candidate fingerprint -> grade
         self.answers: dict[str, str] = {}  # question -> reference answer
         self.stats: Counter[str] = Counter()
-        self.requests: deque[dict] = deque(maxlen=1000)  # model, outcome, time, system prompt and last user message of recent requests
+        self.requests: deque[dict] = deque(
+            maxlen=1000
+        )  # model, outcome, time, system prompt and last user message of recent requests
         self._script: deque[str] = deque()
         self._lock = threading.Lock()
         self._tokens = TokenCounter()
@@ -151,15 +153,19 @@ class Simulator:
             self.stats["completion_tokens"] += completion_tokens
             self.served.append((time.monotonic(), prompt_tokens + completion_tokens))
         usage = {
-            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": 0},
-        }  # fmt: skip
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
         response = {
-            "id": f"chatcmpl-sim-{number}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-sim-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": body.get("model", "simulator"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
             "usage": None if fault == "no_usage" else usage,
-        }  # fmt: skip
+        }
         if not fault:
             self._note(body, "ok")
         return 200, response, headers, delay
@@ -216,20 +222,38 @@ class Simulator:
         vectors = local_embedder("hashed").embed(texts) if texts else []
         tokens = sum(self._tokens.count_many(texts)) if texts else 0
         self._note(body, "ok")
-        return 200, {
-            "object": "list", "model": body.get("model", "simulator"),
-            "data": [{"object": "embedding", "index": i, "embedding": [float(x) for x in v]} for i, v in enumerate(vectors)],
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }, {}, self.config.latency_s  # fmt: skip
+        return (
+            200,
+            {
+                "object": "list",
+                "model": body.get("model", "simulator"),
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
+                    for i, v in enumerate(vectors)
+                ],
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+            {},
+            self.config.latency_s,
+        )
 
     def _rank(self, messages: list[dict], text: str, rng: random.Random) -> str:
         shape = re.search(r"Reply format: ([\w-]+)", text)
         if shape and shape.group(1) == "subquestions-json":
-            question = next((m["content"] for m in messages if m.get("role") == "user"), "").removeprefix("Question: ").strip()
+            question = (
+                next((m["content"] for m in messages if m.get("role") == "user"), "").removeprefix("Question: ").strip()
+            )
             return json.dumps({"sub_questions": [question]})
         if shape and shape.group(1) == "answer-json":
             return json.dumps({"answer": self._answer(text)})
-        prompt = next((m["content"] for m in messages if any(mk.format(0) in (m.get("content") or "") for mk in MARKERS.values())), None)
+        prompt = next(
+            (
+                m["content"]
+                for m in messages
+                if any(mk.format(0) in (m.get("content") or "") for mk in MARKERS.values())
+            ),
+            None,
+        )
         if prompt is None:
             return "There are no numbered candidates to rank."
         task, question, candidates = split_prompt(prompt)
@@ -248,16 +272,29 @@ class Simulator:
         n = min(int(wanted[-1]), len(candidates)) if wanted else len(candidates)
         return str(order[:n])
 
-    def _json_reply(self, shape: str, text: str, candidates: list[str], scores: list, order: list[int], question: str) -> str:
+    def _json_reply(
+        self, shape: str, text: str, candidates: list[str], scores: list, order: list[int], question: str
+    ) -> str:
         """The agent roles' JSON, from the same scores the ranking replies use."""
         top, low = max(scores), min(scores)
         spread = (top - low) or 1
         if shape == "scores-json":
-            return json.dumps({"scores": [{"index": i, "score": round(1 + 9 * (scores[i] - low) / spread, 2), "reasoning": "simulated"} for i in range(len(candidates))]})  # fmt: skip
+            return json.dumps(
+                {
+                    "scores": [
+                        {"index": i, "score": round(1 + 9 * (scores[i] - low) / spread, 2), "reasoning": "simulated"}
+                        for i in range(len(candidates))
+                    ]
+                }
+            )
         if shape == "weights-json":
             from prism.models import FILING_TYPES
 
-            raw = [max(0.0, (scores[i] - low) / spread) for i in range(len(candidates))] if len(candidates) == 5 else [1] * 5
+            raw = (
+                [max(0.0, (scores[i] - low) / spread) for i in range(len(candidates))]
+                if len(candidates) == 5
+                else [1] * 5
+            )
             share = [0.1 + 0.5 * r / (sum(raw) or 1) for r in raw]
             return json.dumps({"weights": {t: w / sum(share) for t, w in zip(FILING_TYPES, share)}})
         if shape == "keep-json":
@@ -305,7 +342,9 @@ class Simulator:
         user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
         with self._lock:
             self.stats[outcome] += 1
-            self.requests.append({"model": body.get("model"), "outcome": outcome, "at": time.time(), "system": system, "user": user})
+            self.requests.append(
+                {"model": body.get("model"), "outcome": outcome, "at": time.time(), "system": system, "user": user}
+            )
 
 
 def _fingerprint(text: str) -> str:

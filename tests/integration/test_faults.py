@@ -108,12 +108,21 @@ def test_the_s3_server_stopped_and_started_mid_run_loses_no_job(tmp_path, redis_
     ],
     ids=["429-storm", "5xx-bursts", "malformed-replies"],
 )
-def test_provider_faults_end_in_complete_runs(tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker, faults, check):
+def test_provider_faults_end_in_complete_runs(
+    tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker, faults, check
+):
     fresh_simulator.config.fault_rates = faults
     fresh_simulator.config.retry_after_s = 0.1
     fresh_simulator.config.hang_s = 3
     source = upload_input(s3_server, bucket, "in/faults.jsonl.gz", documents=DOCS, pages=PAGES_N)
-    env = fleet_env(redis_url, s3_server, fresh_simulator.url, PRISM_LLM_MAX_ATTEMPTS="12", PRISM_LLM_TIMEOUT_S="1", PRISM_CACHE="false")
+    env = fleet_env(
+        redis_url,
+        s3_server,
+        fresh_simulator.url,
+        PRISM_LLM_MAX_ATTEMPTS="12",
+        PRISM_LLM_TIMEOUT_S="1",
+        PRISM_CACHE="false",
+    )
     start_worker(env)
     finish(start_run(source, f"s3://{bucket}/prism", "faults", env, tmp_path))
     run = assert_every_query_once(s3_server, bucket, "faults", DOCS + PAGES_N)

@@ -23,7 +23,9 @@ def s3_keys(client, bucket, prefix):
     return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
-def test_fleet_run_puts_one_result_per_valid_query_in_s3(tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker):
+def test_fleet_run_puts_one_result_per_valid_query_in_s3(
+    tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker
+):
     client = s3_client(s3_server)
     with gzip.open(PAGES, "rt") as f:
         pages = [next(f) for _ in range(12)]
@@ -45,7 +47,13 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(tmp_path, redis_url, s3
     manifest = s3_json(client, bucket, f"{base}/manifest.json")
     assert manifest["status"] == "complete"
     counts = manifest["counts"]
-    assert (counts["documents"], counts["chunks"], counts["done"], counts["failed"], counts["invalid_rows"]) == (296, 12, 308, 0, 1)
+    assert (counts["documents"], counts["chunks"], counts["done"], counts["failed"], counts["invalid_rows"]) == (
+        296,
+        12,
+        308,
+        0,
+        1,
+    )
     assert manifest["settings"]["llm_api_key"] == "**********" and "sk-test" not in json.dumps(manifest)
 
     failures = client.get_object(Bucket=bucket, Key=f"{base}/failures.jsonl")["Body"].read().decode().splitlines()
@@ -72,8 +80,14 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(tmp_path, redis_url, s3
     metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
     qrel_lines = client.get_object(Bucket=bucket, Key=f"{base}/qrels.jsonl")["Body"].read().splitlines()
     qrels = {row["query_id"]: row["qrel"] for row in map(json.loads, qrel_lines)}
-    for task, keys in (("documents", documents), ("chunks", chunks)):
-        run_ = Run({r["query_id"]: {str(i): 10.0 - p for p, i in enumerate(r["ranking"]["indices"])} for r in records if r["task"] == task})
+    for task, _keys in (("documents", documents), ("chunks", chunks)):
+        run_ = Run(
+            {
+                r["query_id"]: {str(i): 10.0 - p for p, i in enumerate(r["ranking"]["indices"])}
+                for r in records
+                if r["task"] == task
+            }
+        )
         qr = Qrels({q: {i: g for i, g in qrels[q].items() if g > 0} for q in run_.keys()})
         expected = ranx_evaluate(qr, run_, ["ndcg@5", "mrr@5", "map@5"])
         for name in ("ndcg@5", "mrr@5", "map@5"):

@@ -9,7 +9,12 @@ from prism.rankers import build_ranker
 from tests.conftest import DOC_DEV, load
 
 pytestmark = pytest.mark.integration
-MESSAGES = [{"role": "user", "content": "Question: Q?\n\nFiling types:\n[Document Index 0] DEF14A\n\n[Document Index 1] 10-K\n\nReturn exactly 2 indices."}]
+MESSAGES = [
+    {
+        "role": "user",
+        "content": "Question: Q?\n\nFiling types:\n[Document Index 0] DEF14A\n\n[Document Index 1] 10-K\n\nReturn exactly 2 indices.",
+    }
+]
 
 
 def gateway(sim, **policy) -> Gateway:
@@ -22,7 +27,9 @@ def test_usage_latency_and_price_are_recorded(fresh_simulator):
         reply = gateway(fresh_simulator).complete(MESSAGES, stage="documents", model="gpt-5-mini")
     assert reply.text in ("[0, 1]", "[1, 0]")
     (call,) = calls
-    assert call.attempts == 1 and call.error is None and call.usage.prompt_tokens > 20 and call.usage.completion_tokens > 0
+    assert (
+        call.attempts == 1 and call.error is None and call.usage.prompt_tokens > 20 and call.usage.completion_tokens > 0
+    )
     assert call.usd == PriceTable.load().usd("gpt-5-mini", call.usage) and call.usd > 0
 
 
@@ -43,7 +50,9 @@ def test_5xx_and_timeouts_are_retried(fresh_simulator):
     assert calls[0].attempts == 4 and calls[0].error is None
 
 
-@pytest.mark.parametrize("fault, status", [("insufficient_quota", "429 insufficient_quota"), ("401", "401"), ("400", "400")])
+@pytest.mark.parametrize(
+    "fault, status", [("insufficient_quota", "429 insufficient_quota"), ("401", "401"), ("400", "400")]
+)
 def test_quota_auth_and_bad_requests_fail_fast(fresh_simulator, fault, status):
     fresh_simulator.script(fault)
     with recording() as calls, pytest.raises(LlmError) as err:
@@ -120,7 +129,9 @@ def test_fuse_combines_the_prior_and_the_llm(fresh_simulator):
     from workers.settings import Settings
 
     prior = read_prior(PACKAGED, Settings())
-    fuse = build_ranker(RunConfig(doc_ranker="fuse", fuse_weights=(0.0, 1.0)), "documents", gateway(fresh_simulator), prior)
+    fuse = build_ranker(
+        RunConfig(doc_ranker="fuse", fuse_weights=(0.0, 1.0)), "documents", gateway(fresh_simulator), prior
+    )
     llm_only = build_ranker(RunConfig(doc_ranker="llm"), "documents", gateway(fresh_simulator))
     for q in load(DOC_DEV, limit=10):
         with recording() as calls:

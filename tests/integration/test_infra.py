@@ -57,7 +57,9 @@ def _container(workload: dict, name: str | None = None) -> dict:
 
 def _pod_spec(workload: dict) -> dict:
     spec = workload["spec"]
-    return spec["jobTemplate"]["spec"]["template"]["spec"] if workload["kind"] == "CronJob" else spec["template"]["spec"]
+    return (
+        spec["jobTemplate"]["spec"]["template"]["spec"] if workload["kind"] == "CronJob" else spec["template"]["spec"]
+    )
 
 
 def _quantity(value: str | int) -> float:
@@ -79,7 +81,9 @@ def test_the_manifests_are_there():
     assert K8S_FILES, "no infra/k8s/*.yaml"
     assert not list(K8S.glob("*.yml")), "name manifests *.yaml: the checks below read only those"
     kinds = sorted(d["kind"] for d in _manifests())
-    assert kinds == sorted(["Namespace", "ConfigMap", "Secret", "Deployment", "Deployment", "Service", "CronJob", "ScaledObject"])
+    assert kinds == sorted(
+        ["Namespace", "ConfigMap", "Secret", "Deployment", "Deployment", "Service", "CronJob", "ScaledObject"]
+    )
     # kubectl apply -f infra/k8s/ goes in name order: the namespace must come first.
     assert _load(K8S_FILES[0])[0]["kind"] == "Namespace"
 
@@ -156,7 +160,10 @@ def test_worker_deployment():
     assert container["image"] == "prism-fleet:latest"
     assert container.get("command", [])[:4] == ["celery", "-A", "workers.app", "worker"]
     refs = {(next(iter(r)), next(iter(r.values()))["name"]) for r in container["envFrom"]}
-    assert refs == {("configMapRef", _one("ConfigMap")["metadata"]["name"]), ("secretRef", _one("Secret")["metadata"]["name"])}
+    assert refs == {
+        ("configMapRef", _one("ConfigMap")["metadata"]["name"]),
+        ("secretRef", _one("Secret")["metadata"]["name"]),
+    }
 
     # A warm shutdown finishes the longest job before the kubelet's SIGKILL.
     grace = pod["terminationGracePeriodSeconds"]
@@ -218,7 +225,10 @@ def test_exporter_deployment_and_service():
     labels = exporter["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items(), "the Service selects no exporter pod"
     assert exporter["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    assert not service["spec"]["selector"].items() <= _one("Deployment", WORKER)["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        not service["spec"]["selector"].items()
+        <= _one("Deployment", WORKER)["spec"]["template"]["metadata"]["labels"].items()
+    )
     service_port = next(p for p in service["spec"]["ports"] if p["port"] == 9808)
     assert service_port["targetPort"] in (9808, port.get("name"))
 
@@ -279,7 +289,12 @@ def test_docker_compose_file():
     # `docker compose config` needs no engine, only the compose plugin; where the plugin is
     # missing, the checks above are what there is.
     docker = shutil.which("docker")
-    has_compose = docker is not None and subprocess.run([docker, "compose", "version"], capture_output=True, timeout=60).returncode == 0
+    has_compose = (
+        docker is not None
+        and subprocess.run([docker, "compose", "version"], capture_output=True, timeout=60).returncode == 0
+    )
     if has_compose:
-        result = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [docker, "compose", "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr

@@ -49,7 +49,9 @@ def test_a_rerun_of_unchanged_input_makes_no_llm_calls(tmp_path, fleet, s3_serve
     total = three["cost"]["total"]
     assert total["calls"] == total["cached_calls"] == one["cost"]["total"]["calls"] and Decimal(total["usd"]) == 0
     assert fresh_simulator.stats["requests"] == requests
-    assert sorted(r["ranking"]["indices"] for r in three["results"]) == sorted(r["ranking"]["indices"] for r in one["results"])
+    assert sorted(r["ranking"]["indices"] for r in three["results"]) == sorted(
+        r["ranking"]["indices"] for r in one["results"]
+    )
 
     # The same run id again: it holds every result already.
     again = prism_cli(["run", source, "--results", results, "--run-id", "night-1"], fleet, tmp_path)
@@ -60,12 +62,18 @@ def test_a_budget_stops_the_run_and_resume_finishes_it(tmp_path, fleet, s3_serve
     source = upload_input(s3_server, bucket, "in/budget.jsonl.gz", documents=60)
     results = f"s3://{bucket}/prism"
     # A document call reserves about $0.0022 (1,000 output tokens at $2/M) and spends about $0.00017.
-    run = prism_cli(["run", source, "--results", results, "--run-id", "capped", "--budget-usd", "0.005", "--fresh"], fleet, tmp_path)
+    run = prism_cli(
+        ["run", source, "--results", results, "--run-id", "capped", "--budget-usd", "0.005", "--fresh"], fleet, tmp_path
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     capped = read_run(s3_server, bucket, "capped")
     m = capped["manifest"]
     assert m["status"] == "budget_exhausted"
-    assert 0 < m["counts"]["done"] < 60 and m["counts"]["done"] + m["counts"]["pending"] == 60 and m["counts"]["failed"] == 0
+    assert (
+        0 < m["counts"]["done"] < 60
+        and m["counts"]["done"] + m["counts"]["pending"] == 60
+        and m["counts"]["failed"] == 0
+    )
     assert Decimal(capped["cost"]["total"]["usd"]) <= Decimal("0.005")
 
     resumed = prism_cli(["resume", "capped", "--results", results, "--budget-usd", "1"], fleet, tmp_path)
@@ -82,15 +90,25 @@ def test_a_second_delivery_stores_nothing_twice_and_keeps_its_calls(s3_server, b
     for key, value in S3_KEYS.items():
         monkeypatch.setenv(key, value)
     settings = Settings(
-        s3_endpoint_url=s3_server, llm_base_url=fresh_simulator.url, llm_api_key="sk-test", cache=False, results=f"s3://{bucket}/prism"
+        s3_endpoint_url=s3_server,
+        llm_base_url=fresh_simulator.url,
+        llm_api_key="sk-test",
+        cache=False,
+        results=f"s3://{bucket}/prism",
     )
     runtime.use(settings)
     q = load(DOC_DEV, limit=1)[0]
     config = RunConfig(doc_ranker="llm")
     job = DocumentJob(
-        run_id="dup", results=f"s3://{bucket}/prism", job_id=job_id(q, config), query_id=q.id, line=1, config=config,
-        question=q.question, candidates=q.candidates,
-    )  # fmt: skip
+        run_id="dup",
+        results=f"s3://{bucket}/prism",
+        job_id=job_id(q, config),
+        query_id=q.id,
+        line=1,
+        config=config,
+        question=q.question,
+        candidates=q.candidates,
+    )
     message = job.model_dump(mode="json")
     rank_documents.run(message)
     rank_documents.run(message)  # the broker delivered it again
@@ -106,7 +124,11 @@ def read_run_partial(endpoint, bucket, run_id):
     out = {}
     for sub in ("results", "spent"):
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"prism/runs/{run_id}/{sub}/")
-        out[sub] = [json.loads(client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()) for p in pages for o in p.get("Contents", [])]
+        out[sub] = [
+            json.loads(client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read())
+            for p in pages
+            for o in p.get("Contents", [])
+        ]
     return out
 
 
@@ -148,13 +170,24 @@ def test_a_folder_of_files_is_one_input_with_errors_naming_the_file(tmp_path):
     assert failure["source"].endswith("2024/b.jsonl") and failure["line"] == 4
 
 
-def test_the_fleet_limiter_keeps_the_provider_limit_and_gives_slots_back(tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker):
+def test_the_fleet_limiter_keeps_the_provider_limit_and_gives_slots_back(
+    tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker
+):
     fresh_simulator.config.rpm, fresh_simulator.config.window_s = 3, 5.0
     limits = json.dumps({"*": {"requests": "3/5 seconds"}})
-    env = fleet_env(redis_url, s3_server, fresh_simulator.url, PRISM_LLM_LIMITS=limits, PRISM_LIMITER_MAX_BLOCK_S="0.5", PRISM_CACHE="false")  # fmt: skip
+    env = fleet_env(
+        redis_url,
+        s3_server,
+        fresh_simulator.url,
+        PRISM_LLM_LIMITS=limits,
+        PRISM_LIMITER_MAX_BLOCK_S="0.5",
+        PRISM_CACHE="false",
+    )
     start_worker(env)
     source = upload_input(s3_server, bucket, "in/limited.jsonl.gz", documents=6)
-    run = prism_cli(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "limited", "--fresh"], env, tmp_path)
+    run = prism_cli(
+        ["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "limited", "--fresh"], env, tmp_path
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     limited = read_run(s3_server, bucket, "limited")
     assert limited["manifest"]["counts"]["done"] == 6
@@ -175,9 +208,16 @@ def test_the_exporter_serves_fleet_metrics(tmp_path, fleet, s3_server, bucket):
     from workers.testing import free_port_pair
 
     source = upload_input(s3_server, bucket, "in/metrics.jsonl.gz", documents=5)
-    assert prism_cli(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "metrics", "--fresh"], fleet, tmp_path).returncode == 0
+    assert (
+        prism_cli(
+            ["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "metrics", "--fresh"], fleet, tmp_path
+        ).returncode
+        == 0
+    )
     port = free_port_pair()
-    exporter = subprocess.Popen([str(Path(sys.executable).parent / "prism"), "exporter", "--port", str(port)], env=fleet, cwd=tmp_path)
+    exporter = subprocess.Popen(
+        [str(Path(sys.executable).parent / "prism"), "exporter", "--port", str(port)], env=fleet, cwd=tmp_path
+    )
     try:
         for _ in range(50):
             try:
@@ -185,24 +225,39 @@ def test_the_exporter_serves_fleet_metrics(tmp_path, fleet, s3_server, bucket):
                 break
             except OSError:
                 time.sleep(0.2)
-        done = [line for line in text.splitlines() if line.startswith('prism_jobs_total{state="done",task="documents"}')]
+        done = [
+            line for line in text.splitlines() if line.startswith('prism_jobs_total{state="done",task="documents"}')
+        ]
         assert done and float(done[0].split()[-1]) >= 5
-        assert 'prism_queue_depth{queue="celery"}' in text and "prism_llm_tokens_total" in text and "prism_llm_usd_total" in text
+        assert (
+            'prism_queue_depth{queue="celery"}' in text
+            and "prism_llm_tokens_total" in text
+            and "prism_llm_usd_total" in text
+        )
     finally:
         exporter.terminate()
         exporter.wait(10)
 
 
 def test_lost_jobs_that_never_come_back_are_reported_not_waited_for(tmp_path, redis_url, s3_server, bucket):
-    import redis
     import subprocess
     import sys
     import time
     from pathlib import Path
 
+    import redis
+
     env = fleet_env(redis_url, s3_server, None, PRISM_STALL_S="2", PRISM_MAX_REQUEUES="0")
     source = upload_input(s3_server, bucket, "in/lost.jsonl.gz", documents=4)
-    cmd = [str(Path(sys.executable).parent / "prism"), "run", source, "--results", f"s3://{bucket}/prism", "--run-id", "lost"]
+    cmd = [
+        str(Path(sys.executable).parent / "prism"),
+        "run",
+        source,
+        "--results",
+        f"s3://{bucket}/prism",
+        "--run-id",
+        "lost",
+    ]
     producer = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     client = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + 60

@@ -24,7 +24,9 @@ def mixed_input(tmp_path):
 
 
 def run_variant(tmp_path, sim, source, run_id, **env):
-    done = prism_cli(["run", str(source), "--run-id", run_id], fleet_env(None, None, sim.url, PRISM_CACHE="false", **env), tmp_path)
+    done = prism_cli(
+        ["run", str(source), "--run-id", run_id], fleet_env(None, None, sim.url, PRISM_CACHE="false", **env), tmp_path
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     base = tmp_path / "results" / "runs" / run_id
     read = lambda name: json.loads((base / name).read_text())  # noqa: E731
@@ -34,7 +36,9 @@ def run_variant(tmp_path, sim, source, run_id, **env):
 
 @pytest.mark.parametrize("variant", ["a1", "a2", "a3", "a4"])
 def test_chunk_agent_variants(tmp_path, fresh_simulator, mixed_input, variant):
-    manifest, metrics, cost, results = run_variant(tmp_path, fresh_simulator, mixed_input, variant, PRISM_CHUNK_RANKER=variant)
+    manifest, metrics, cost, results = run_variant(
+        tmp_path, fresh_simulator, mixed_input, variant, PRISM_CHUNK_RANKER=variant
+    )
     assert manifest["counts"]["done"] == 5 and manifest["counts"]["failed"] == 0
     scorers = {"a1": 4, "a2": 4, "a3": 3, "a4": 2}[variant]
     for r in (r for r in results if r["task"] == "chunks"):
@@ -45,17 +49,23 @@ def test_chunk_agent_variants(tmp_path, fresh_simulator, mixed_input, variant):
 
 
 def test_document_agents_and_the_hybrid_workflow(tmp_path, fresh_simulator, mixed_input):
-    _, metrics, cost, results = run_variant(tmp_path, fresh_simulator, mixed_input, "hybrid-flow", PRISM_DOC_RANKER="agents", PRISM_CHUNK_RANKER="llm")  # fmt: skip
+    _, metrics, cost, results = run_variant(
+        tmp_path, fresh_simulator, mixed_input, "hybrid-flow", PRISM_DOC_RANKER="agents", PRISM_CHUNK_RANKER="llm"
+    )
     for r in (r for r in results if r["task"] == "documents"):
         assert len(r["calls"]) == 6  # the analyzer and five type experts
     assert metrics["documents"]["ndcg@5"] == 1.0
     assert sorted(fresh_simulator.stats)  # the simulator answered weights and scores
     systems = [r["system"] for r in fresh_simulator.requests if r["system"]]
-    assert any("Reply format: weights-json" in s for s in systems) and any("expert in 8-K filings" in s for s in systems)
+    assert any("Reply format: weights-json" in s for s in systems) and any(
+        "expert in 8-K filings" in s for s in systems
+    )
 
 
 def test_evidence_rounds_report_evidence_and_answers(tmp_path, fresh_simulator, mixed_input):
-    manifest, metrics, cost, results = run_variant(tmp_path, fresh_simulator, mixed_input, "evidence", PRISM_CHUNK_RANKER="evidence", PRISM_PREFILTER_KEEP="60")  # fmt: skip
+    manifest, metrics, cost, results = run_variant(
+        tmp_path, fresh_simulator, mixed_input, "evidence", PRISM_CHUNK_RANKER="evidence", PRISM_PREFILTER_KEEP="60"
+    )
     chunk_results = [r for r in results if r["task"] == "chunks"]
     for r in chunk_results:
         details = r["ranking"]["details"]
@@ -73,8 +83,14 @@ def test_in_context_examples_reach_the_prompt_and_never_the_query_itself(tmp_pat
     assert built.returncode == 0, built.stderr
     fresh_simulator.requests.clear()
     _, metrics, _, results = run_variant(
-        tmp_path, fresh_simulator, mixed_input, "icl", PRISM_ICL_DOCUMENTS="5", PRISM_ICL_INDEX=str(index), PRISM_CHUNK_RANKER="lexical"
-    )  # fmt: skip
+        tmp_path,
+        fresh_simulator,
+        mixed_input,
+        "icl",
+        PRISM_ICL_DOCUMENTS="5",
+        PRISM_ICL_INDEX=str(index),
+        PRISM_CHUNK_RANKER="lexical",
+    )
     asked = [r for r in fresh_simulator.requests if r["system"] and "Worked examples" in r["system"]]
     assert len(asked) == 3  # one per document query
     questions = [q.question for q in __import__("tests.conftest", fromlist=["load"]).load(DOC_DEV, limit=3)]
@@ -85,9 +101,13 @@ def test_in_context_examples_reach_the_prompt_and_never_the_query_itself(tmp_pat
 
 
 def test_hybrid_ranker_and_prefilter_are_configuration_only(tmp_path, fresh_simulator, mixed_input):
-    manifest, metrics, cost, results = run_variant(tmp_path, fresh_simulator, mixed_input, "hybrid", PRISM_DOC_RANKER="prior", PRISM_CHUNK_RANKER="hybrid")  # fmt: skip
+    manifest, metrics, cost, results = run_variant(
+        tmp_path, fresh_simulator, mixed_input, "hybrid", PRISM_DOC_RANKER="prior", PRISM_CHUNK_RANKER="hybrid"
+    )
     assert cost["total"]["calls"] == 0 and manifest["config"]["dense"] == "lsa"
-    _, _, filtered, results = run_variant(tmp_path, fresh_simulator, mixed_input, "prefilter", PRISM_PREFILTER_KEEP="25")
+    _, _, filtered, results = run_variant(
+        tmp_path, fresh_simulator, mixed_input, "prefilter", PRISM_PREFILTER_KEEP="25"
+    )
     _, _, full, _ = run_variant(tmp_path, fresh_simulator, mixed_input, "full")
     assert filtered["by_task"]["chunks"]["prompt_tokens"] < 0.5 * full["by_task"]["chunks"]["prompt_tokens"]
     for r in (r for r in results if r["task"] == "chunks"):
@@ -97,15 +117,20 @@ def test_hybrid_ranker_and_prefilter_are_configuration_only(tmp_path, fresh_simu
 def test_prefilter_on_an_api_embedder_is_accounted(tmp_path, fresh_simulator, mixed_input):
     before = fresh_simulator.stats["embedding_requests"]
     _, _, cost, results = run_variant(
-        tmp_path, fresh_simulator, mixed_input, "api-dense", PRISM_PREFILTER_KEEP="25", PRISM_DENSE="text-embedding-3-small"
-    )  # fmt: skip
+        tmp_path,
+        fresh_simulator,
+        mixed_input,
+        "api-dense",
+        PRISM_PREFILTER_KEEP="25",
+        PRISM_DENSE="text-embedding-3-small",
+    )
     served = fresh_simulator.stats["embedding_requests"] - before
     embeddings = cost["by_stage"]["embeddings"]
     assert served >= 2 and embeddings["calls"] == served  # both filings embedded, every request counted
     assert embeddings["prompt_tokens"] > 0 and embeddings["unpriced_calls"] == 0 and float(embeddings["usd"]) > 0
     assert cost["by_task"]["chunks"]["calls"] == cost["by_stage"]["embeddings"]["calls"] + sum(
         len(r["calls"]) for r in results if r["task"] == "chunks"
-    )  # fmt: skip
+    )
 
 
 def test_repeated_runs_are_compared_per_configuration(tmp_path, fresh_simulator, mixed_input):
@@ -115,7 +140,9 @@ def test_repeated_runs_are_compared_per_configuration(tmp_path, fresh_simulator,
         for seed in range(3):
             fresh_simulator.config.seed = seed  # another sample of the provider's noise
             run_id = f"{prompt}-{seed}"
-            _, metrics, _, _ = run_variant(tmp_path, fresh_simulator, mixed_input, run_id, PRISM_DOC_PROMPT=prompt, PRISM_CHUNK_RANKER="lexical")  # fmt: skip
+            _, metrics, _, _ = run_variant(
+                tmp_path, fresh_simulator, mixed_input, run_id, PRISM_DOC_PROMPT=prompt, PRISM_CHUNK_RANKER="lexical"
+            )
             scores.setdefault(prompt, []).append(metrics["documents"]["ndcg@5"])
     runs = [f"{p}-{s}" for p in ("p1", "p4") for s in range(3)]
     done = prism_cli(["eval", *runs], fleet_env(None, None, None), tmp_path)
@@ -133,5 +160,11 @@ def test_repeated_runs_are_compared_per_configuration(tmp_path, fresh_simulator,
     report = prism_cli(["report", *runs[:2], runs[3]], fleet_env(None, None, None), tmp_path)
     assert report.returncode == 0, report.stderr
     (folder,) = (tmp_path / "results" / "reports").iterdir()
-    assert {p.name for p in folder.iterdir()} >= {"report.md", "comparison.json", "latency.png", "tokens_cost.png", "ndcg.png"}
+    assert {p.name for p in folder.iterdir()} >= {
+        "report.md",
+        "comparison.json",
+        "latency.png",
+        "tokens_cost.png",
+        "ndcg.png",
+    }
     assert (folder / "ndcg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

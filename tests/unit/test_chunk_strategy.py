@@ -25,7 +25,9 @@ class GradeRanker:
 
 
 def chunk_input(grades, cost=100):
-    return ChunkInput(question="q", chunks=[f"g{g} chunk {i}" for i, g in enumerate(grades)], costs=[cost] * len(grades))
+    return ChunkInput(
+        question="q", chunks=[f"g{g} chunk {i}" for i, g in enumerate(grades)], costs=[cost] * len(grades)
+    )
 
 
 def test_one_segment_is_ranked_once_for_the_final_top_n():

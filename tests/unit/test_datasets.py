@@ -30,14 +30,30 @@ def test_page_rows_recover_every_page_exactly():
     content = row["messages"][0]["content"]
     body = content[content.index("[Chunk Index 0] ") :]
     body = body[: body.rindex("\nTask: ")]
-    pages = [body.split(f"[Chunk Index {i}] ", 1)[1].split(f"[Chunk Index {i + 1}] ", 1)[0] for i in range(len(query.candidates))]
+    pages = [
+        body.split(f"[Chunk Index {i}] ", 1)[1].split(f"[Chunk Index {i + 1}] ", 1)[0]
+        for i in range(len(query.candidates))
+    ]
     assert query.candidates == [p.strip() for p in pages]
 
 
 def test_eval_rows_use_underscore_id_and_have_no_qrel():
-    row = {"_id": "doc_q1", "messages": [{"role": "user", "content": "Question: Who?\n\nTypes:\n[Document Index 0] DEF14A\n\n[Document Index 1] 10-K"}]}
+    row = {
+        "_id": "doc_q1",
+        "messages": [
+            {
+                "role": "user",
+                "content": "Question: Who?\n\nTypes:\n[Document Index 0] DEF14A\n\n[Document Index 1] 10-K",
+            }
+        ],
+    }
     query = parse_row(json.dumps(row), 3)
-    assert query.id == "doc_q1" and query.qrel is None and query.candidates == ["DEF14A", "10-K"] and query.question == "Who?"
+    assert (
+        query.id == "doc_q1"
+        and query.qrel is None
+        and query.candidates == ["DEF14A", "10-K"]
+        and query.question == "Who?"
+    )
 
 
 def test_native_rows_infer_the_task():
@@ -56,9 +72,17 @@ def test_native_rows_infer_the_task():
         ('{"id": "a", "question": "", "candidates": ["x"]}', "question", "at least 1 character"),
         ('{"id": "a", "question": "q", "candidates": ["x"], "qrel": {"5": 1}}', "qrel", "outside"),
         ('{"id": "a", "question": "q", "candidates": ["x"], "qrel": {"zero": 1}}', "qrel", "index -> integer"),
-        ('{"uuid": "u", "messages": [{"role": "user", "content": "no candidates here"}]}', "messages", "no message holds"),
+        (
+            '{"uuid": "u", "messages": [{"role": "user", "content": "no candidates here"}]}',
+            "messages",
+            "no message holds",
+        ),
         ('{"uuid": "u", "messages": [{"role": "user"}]}', "messages[0].content", "missing"),
-        ('{"uuid": "u", "messages": [{"role": "user", "content": "[Chunk Index 0] text"}]}', "messages[0].content", "Question:"),
+        (
+            '{"uuid": "u", "messages": [{"role": "user", "content": "[Chunk Index 0] text"}]}',
+            "messages[0].content",
+            "Question:",
+        ),
     ],
 )
 def test_bad_rows_name_their_line_and_field(line, field, fragment):

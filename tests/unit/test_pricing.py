@@ -8,11 +8,18 @@ def test_library_prices_with_cached_tokens():
     table = PriceTable.load()
     usage = Usage(prompt_tokens=1_000_000, cached_tokens=400_000, completion_tokens=100_000)
     # gpt-5-mini: $0.25 input, $0.025 cached input, $2 output per million tokens.
-    assert table.usd("gpt-5-mini", usage) == Decimal("0.25") * Decimal("0.6") + Decimal("0.025") * Decimal("0.4") + Decimal("0.2")
+    assert table.usd("gpt-5-mini", usage) == Decimal("0.25") * Decimal("0.6") + Decimal("0.025") * Decimal(
+        "0.4"
+    ) + Decimal("0.2")
 
 
 def test_overrides_win_and_unknown_models_are_unpriced():
-    table = PriceTable({"gpt-5-mini": Rates(input=Decimal(1), output=Decimal(10)), "local-ranker": Rates(input=Decimal("0.1"), output=Decimal("0.2"), cached_input=Decimal("0.01"))})
+    table = PriceTable(
+        {
+            "gpt-5-mini": Rates(input=Decimal(1), output=Decimal(10)),
+            "local-ranker": Rates(input=Decimal("0.1"), output=Decimal("0.2"), cached_input=Decimal("0.01")),
+        }
+    )
     usage = Usage(prompt_tokens=2_000_000, cached_tokens=1_000_000, completion_tokens=1_000_000)
     assert table.usd("gpt-5-mini", usage) == Decimal(12)  # no cached rate: cached at full input rate
     assert table.usd("local-ranker", usage) == Decimal("0.1") + Decimal("0.01") + Decimal("0.2")

@@ -10,9 +10,8 @@ import pytest
 from prism.metrics import evaluate
 from prism.prior import ARRAYS, META, DocPrior, PriorModelError
 from tests.conftest import DOC_DEV, DOC_FULL, load
-from workers.priors import PACKAGED
+from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
-from workers.priors import read_prior
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +77,23 @@ def test_fit_from_the_cli_leaves_out_the_excluded_rows(tmp_path):
     held.write_text("".join(rows[:100]))
     out = tmp_path / "model"
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "prism"), "prior", "fit", str(train), "--exclude", str(held), "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "prism"),
+            "prior",
+            "fit",
+            str(train),
+            "--exclude",
+            str(held),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     model = read_prior(str(out), Settings())
     assert model.meta["rows"] == 600 and model.meta["features"] and model.meta["cv_ndcg5"] > 0.8
-    assert set(model.meta["versions"]) == {"python", "scikit-learn", "numpy"} and len(model.meta["training_sha256"]) == 64
+    assert (
+        set(model.meta["versions"]) == {"python", "scikit-learn", "numpy"} and len(model.meta["training_sha256"]) == 64
+    )
