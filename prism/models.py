@@ -10,18 +10,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Task = Literal["documents", "chunks"]
+from prism import registry
+from prism.registry import ChunkRankerName, DocRankerName, PromptVariant, Task
+
 # An LLM step. Each may use its own model and endpoint: the five filing types, one segment of
 # a filing, the pool of segment winners, embeddings, or the evidence-selection roles.
 Stage = Literal["documents", "segments", "rerank", "embeddings", "evidence"]
-RankerName = Literal["llm", "lexical"]
-# Chunks may also be ranked by BM25 + dense fusion ($0), the agent variants A1-A4 or the
-# Selector/Adder evidence rounds.
-ChunkRankerName = Literal["llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"]
-# Documents may also be ranked by the learned filing-type prior, alone, as a cascade (the LLM
-# only where the prior is unsure) or fused with the LLM's ranking.
-DocRankerName = Literal["llm", "lexical", "prior", "cascade", "fuse", "agents"]
-PromptVariant = Literal["p1", "p2", "p3", "p4"]
 # repaired: the reply needed fixing; retried: a second request was needed; fallback: the
 # lexical ranker answered instead; truncated: a chunk was cut to fit the budget; degraded: some
 # segments failed for good and the ranking comes from the others.
@@ -123,7 +117,7 @@ class RunConfig(BaseModel):
         return self.doc_ranker if task == "documents" else self.chunk_ranker
 
     def uses_llm(self, task: Task) -> bool:
-        return self.ranker_for(task) not in ("lexical", "prior", "hybrid")
+        return registry.uses_llm(task, self.ranker_for(task))
 
     def paid_stages(self) -> set[Stage]:
         """The stages whose model is called through the gateway (and so must have a price)."""
@@ -205,7 +199,11 @@ class Spent(BaseModel):
 
 class RunManifest(BaseModel):
     run_id: str
-    status: Literal["planning", "running", "complete", "incomplete", "budget_exhausted"]
+    # planning -> running -> complete | incomplete | budget_exhausted | failed (planning failed,
+    # or every query did); interrupted: its producer died before the run could end.
+    status: Literal["planning", "running", "complete", "incomplete", "budget_exhausted", "failed", "interrupted"]
+    error: str | None = None  # why the run failed or was interrupted
+    owner: str | None = None  # "host:pid" of the producer planning (or, embedded, running) it
     input: str
     results: str
     created_at: datetime

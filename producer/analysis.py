@@ -12,7 +12,7 @@ from itertools import combinations
 
 from prism.metrics import evidence_precision_recall, exact_match, five_numbers, run_statistics, token_f1, welch
 from prism.models import RunManifest
-from producer.report import RunState, cost_report, run_metrics
+from producer.state import RunState, cost_report, run_metrics
 
 TASKS = ("documents", "chunks")
 

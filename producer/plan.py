@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlparse
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from prism.datasets import RowError, read_queries
 from prism.hybrid import dense_scorer
-from prism.llm import recording
+from prism.llm import Gateway, recording
 from prism.models import Failure, JobResult, Query, RunConfig, Spent, job_id
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
-from tasks.messages import ChunkJob, DocumentJob
 from tasks.ranking import enqueue_documents, enqueue_level
-from workers import runtime
+from workers.ledger import Outcome, RunLayout, has_outcome, outcome_keys
+from workers.messages import ChunkJob, DocumentJob
 from workers.settings import Settings
-from workers.store import RunLayout, Store, get_model, open_input, put_model, s3_client
+from workers.store import Store, get_model, open_input, put_model, s3_client
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
@@ -41,6 +45,16 @@ class Plan:
     already_done: int = 0  # this run held their outcome already
     reused: int = 0  # copied from an earlier run with the same job id
     not_enqueued: int = 0  # left pending: the run's budget was spent while planning
+    seconds: float = 0.0
+    progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "documents": self.documents,
+            "chunks": self.chunks,
+            "segments": self.segments,
+            "invalid_rows": self.invalid_rows,
+        }
 
     @property
     def queries(self) -> int:
@@ -61,6 +75,7 @@ class RunSpec:
     config: RunConfig
     budget_usd: Decimal | None = None
     reuse: bool = True
+    limit: int | None = None  # plan at most this many queries
 
 
 def input_files(uri: str, settings: Settings) -> list[str]:
@@ -82,76 +97,80 @@ def input_files(uri: str, settings: Settings) -> list[str]:
     return [uri]
 
 
-def _rows(files: list[str], settings: Settings) -> Iterator[tuple[int, str, Query | RowError]]:
-    for number, uri in enumerate(files):
-        with open_input(uri, settings) as stream:
-            for item in read_queries(stream):
-                yield number, uri, item
+class FileProblem(Exception):
+    """A whole input file that cannot be read: its rows read so far stand, the other files run."""
+
+    def __init__(self, source: str, line: int, reason: str):
+        super().__init__(f"{source}: cannot be read after line {line}: {reason}")
+        self.source, self.line = source, line
+
+
+def _rows(files: list[str], settings: Settings) -> Iterator[tuple[str, Query | RowError | FileProblem]]:
+    for uri in files:
+        line = 0
+        try:
+            with open_input(uri, settings) as stream:
+                for item in read_queries(stream):
+                    line = item.line
+                    yield uri, item
+        except (OSError, EOFError, zlib.error, BotoCoreError, ClientError) as err:
+            yield uri, FileProblem(uri, line, f"{type(err).__name__}: {err}")
 
 
 def plan_run(
     spec: RunSpec,
     store: Store,
     settings: Settings,
-    limit: int | None = None,
+    gateway: Gateway | None = None,
     budget_spent: Callable[[], bool] = lambda: False,
     on_query: Callable[[Plan], None] = lambda plan: None,
 ) -> Plan:
     """Enqueue a job for every valid query without an outcome in this run."""
+    started = time.monotonic()
     layout, plan, counter = RunLayout(spec.run_id), Plan(), TokenCounter()
-    finished = _finished(store, layout)
+    listed = outcome_keys(store, spec.run_id)
     files = input_files(spec.input, settings)
     first_line: dict[str, str] = {}
     with tempfile.TemporaryFile() as plan_file, tempfile.TemporaryFile() as qrels_file:
-        for number, source, item in _rows(files, settings):
-            where = f"{source} line {item.line}" if len(files) > 1 else f"line {item.line}"
+        for source, item in _rows(files, settings):
             if isinstance(item, Query) and item.id in first_line:
-                item = RowError(
-                    item.line, "id", f"duplicate query id {item.id!r} (first on {first_line[item.id]})", item.id
-                )
-            if isinstance(item, RowError):
+                message = f"duplicate query id {item.id!r} (first on {first_line[item.id]})"
+                item = RowError(item.line, "id", message, item.id)
+            if not isinstance(item, Query):
                 plan.invalid_rows += 1
-                failure = Failure(
-                    run_id=spec.run_id,
-                    kind="input",
-                    error=str(item),
-                    query_id=item.query_id,
-                    line=item.line,
-                    source=source if len(files) > 1 else None,
-                    field=item.field,
-                )
-                put_model(store, layout.failure(f"input-{number}-line-{item.line}"), failure)
+                put_model(store, layout.invalid(source, item.line), _invalid(spec.run_id, source, item))
                 continue
-            first_line[item.id] = where
+            first_line[item.id] = f"{source} line {item.line}"
             if item.qrel:
-                qrels_file.write(
-                    json.dumps({"query_id": item.id, "qrel": item.qrel, "answer": item.answer}).encode() + b"\n"
-                )
-            state = _plan_query(item, source, spec, store, layout, counter, plan, finished, budget_spent)
-            plan_file.write(
-                json.dumps(
-                    {"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}
-                ).encode()
-                + b"\n"
-            )
+                row = {"query_id": item.id, "qrel": item.qrel, "answer": item.answer}
+                qrels_file.write(json.dumps(row).encode() + b"\n")
+            state = _plan_query(item, source, spec, store, layout, counter, plan, listed, budget_spent, gateway)
+            row = {"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}
+            plan_file.write(json.dumps(row).encode() + b"\n")
             on_query(plan)
-            if limit and plan.queries >= limit:
+            if spec.limit and plan.queries >= spec.limit:
                 break
         for name, spool in (("plan.jsonl", plan_file), ("qrels.jsonl", qrels_file)):
             spool.seek(0)
             store.put(layout.file(name), spool.read())
+    plan.seconds = round(time.monotonic() - started, 3)
     return plan
 
 
-def _finished(store: Store, layout: RunLayout) -> set[tuple[str, str]]:
-    """(task, query id) of every query this run already has a result or a failure for."""
-    done = {(key.split("/")[-2], layout.query_id(key)) for key in store.keys(f"{layout.base}/results/")}
-    for key in store.keys(f"{layout.base}/failures/"):
-        name = layout.query_id(key)
-        for task in ("documents", "chunks"):
-            if name.startswith(f"{task}-"):
-                done.add((task, name.removeprefix(f"{task}-")))
-    return done
+def _invalid(run_id: str, source: str, item: RowError | FileProblem) -> Failure:
+    if isinstance(item, FileProblem):
+        return Failure(
+            run_id=run_id, kind="input", error=str(item), line=item.line or None, source=source, field="(file)"
+        )
+    return Failure(
+        run_id=run_id,
+        kind="input",
+        error=f"{source}: {item}",
+        query_id=item.query_id,
+        line=item.line,
+        source=source,
+        field=item.field,
+    )
 
 
 def _plan_query(
@@ -162,14 +181,15 @@ def _plan_query(
     layout: RunLayout,
     counter: TokenCounter,
     plan: Plan,
-    finished: set,
+    listed: set[str],
     budget_spent: Callable[[], bool],
+    gateway: Gateway | None,
 ) -> str:
     if q.task == "documents":
         plan.documents += 1
     else:
         plan.chunks += 1
-    if (q.task, q.id) in finished:
+    if has_outcome(listed, spec.run_id, q.task, q.id):
         plan.already_done += 1
         return "done"
     jid = job_id(q, spec.config)
@@ -178,7 +198,7 @@ def _plan_query(
         return "reused"
     if budget_spent():
         plan.not_enqueued += 1
-        return "pending"
+        return Outcome.PENDING
     common = dict(
         run_id=spec.run_id,
         results=spec.results,
@@ -200,7 +220,7 @@ def _plan_query(
             counter,
             budget,
             spec.config.prefilter_keep,
-            dense_scorer(spec.config.dense, runtime.get().gateway),
+            dense_scorer(spec.config.dense, gateway),
         )
     if calls:  # its own key: a resumed run that embeds again adds its calls, never replaces them
         spent = Spent(run_id=spec.run_id, task="chunks", query_id=q.id, reason="pre-filter embeddings", calls=calls)

@@ -1,213 +1,26 @@
-"""What a run produced: progress, cost roll-ups, metrics, and the files that say so."""
+"""The files that say what a run produced: cost.json, failures.jsonl, pending.jsonl,
+metrics.json, summary.json, report.md with its plots, and the manifest."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
-from datetime import UTC, datetime
 from decimal import Decimal
 
-from pydantic import BaseModel
-
-from prism.metrics import evaluate
-from prism.models import CallRecord, Failure, JobResult, RunManifest, Spent, Task
-from workers.store import RunLayout, Store, get_model, put_model
-
-
-class RunState:
-    """The stored results and failures of a run, read incrementally: each file once."""
-
-    def __init__(self, store: Store, run_id: str):
-        self.store, self.layout = store, RunLayout(run_id)
-        self.results: dict[str, JobResult] = {}
-        self.failures: dict[str, Failure] = {}  # input errors, failed jobs and budget skips
-        self.spent: dict[str, Spent] = {}
-
-    def poll(self) -> RunState:
-        for folder, seen, cls in (
-            ("results", self.results, JobResult),
-            ("failures", self.failures, Failure),
-            ("spent", self.spent, Spent),
-        ):
-            for key in self.store.keys(f"{self.layout.base}/{folder}/"):
-                if key not in seen:
-                    seen[key] = get_model(self.store, key, cls)
-        # A skip marker goes once the query is enqueued again (resume) and gets its outcome.
-        for key in [k for k, f in self.failures.items() if f.kind == "skipped"]:
-            if not self.store.exists(key):
-                del self.failures[key]
-        return self
-
-    def _without_result(self, kind: str) -> list[Failure]:
-        done = {(r.task, r.query_id) for r in self.results.values()}
-        return [f for f in self.failures.values() if f.kind == kind and (f.task, f.query_id) not in done]
-
-    @property
-    def job_failures(self) -> list[Failure]:
-        """Failed jobs; a job that failed once and then succeeded on redelivery counts as done."""
-        return self._without_result("job")
-
-    @property
-    def skipped(self) -> list[Failure]:
-        """Jobs the run's budget stopped: pending, not failed."""
-        return self._without_result("skipped")
-
-    @property
-    def input_failures(self) -> list[Failure]:
-        return [f for f in self.failures.values() if f.kind == "input"]
-
-    @property
-    def finished(self) -> int:
-        """Jobs with an outcome for now: done, failed, or stopped by the budget."""
-        return len(self.results) + len(self.job_failures) + len(self.skipped)
-
-    def calls(self) -> Iterable[tuple[str, Task, CallRecord]]:
-        """Every paid call of the run, once: in results, failures, skips and duplicate runs."""
-        holders = [*self.results.values(), *self.spent.values(), *self.job_failures, *self.skipped]
-        for h in holders:
-            for c in h.calls:
-                yield h.query_id or "", h.task or "documents", c
+from prism.models import RunManifest
+from producer import analysis
+from producer.state import RunState, cost_report
+from workers.store import put_model
 
 
-class CostSummary(BaseModel):
-    calls: int = 0
-    attempts: int = 0
-    failed_calls: int = 0
-    cached_calls: int = 0  # answered from the response cache, at $0
-    throttled: int = 0  # attempts refused with 429
-    unpriced_calls: int = 0  # their cost is unknown, not zero
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    usd: Decimal = Decimal(0)  # priced calls only
-    llm_seconds: float = 0.0
-
-    def add(self, call: CallRecord) -> None:
-        self.calls += 1
-        self.attempts += call.attempts
-        self.throttled += call.throttled
-        self.failed_calls += call.error is not None
-        self.cached_calls += call.cached
-        self.unpriced_calls += call.usd is None and call.error is None
-        self.prompt_tokens += call.usage.prompt_tokens
-        self.cached_tokens += call.usage.cached_tokens
-        self.completion_tokens += call.usage.completion_tokens
-        self.usd += call.usd or 0
-        self.llm_seconds += call.latency_s
-
-    def usd_text(self) -> str:
-        text = f"${self.usd:.4f}"
-        return text + (f" + {self.unpriced_calls} unpriced call(s)" if self.unpriced_calls else "")
-
-
-def cost_report(state: RunState) -> dict:
-    """Per run, per task type, per stage, per model and per job; the totals are the sums of the
-    per-call records in the result and failure files."""
-    total, by_task, by_stage, by_model = CostSummary(), {}, {}, {}
-    by_job: dict[tuple[Task, str], CostSummary] = {}
-    for query_id, task, call in state.calls():
-        for summary in (
-            total,
-            by_task.setdefault(task, CostSummary()),
-            by_stage.setdefault(call.stage, CostSummary()),
-            by_model.setdefault(call.model, CostSummary()),
-            by_job.setdefault((task, query_id), CostSummary()),
-        ):
-            summary.add(call)
-
-    def dump(groups: dict) -> dict:
-        return {k: v.model_dump(mode="json") for k, v in sorted(groups.items())}
-
-    return {
-        "run_id": state.layout.run_id,
-        "savings": _cascade_savings(state, by_stage.get("documents")),
-        "total": total.model_dump(mode="json"),
-        "by_task": dump(by_task),
-        "by_stage": dump(by_stage),
-        "by_model": dump(by_model),
-        "jobs": [{"task": t, "query_id": q, **s.model_dump(mode="json")} for (t, q), s in sorted(by_job.items())],
-    }
-
-
-def _cascade_savings(state: RunState, document_calls: CostSummary | None) -> dict | None:
-    """Document queries the prior answered instead of the LLM, and what LLM-only would have
-    paid for them (at this run's mean paid cost per LLM document query)."""
-    routed = [r.ranking.answered_by for r in state.results.values() if r.task == "documents" and r.ranking.answered_by]
-    if not routed:
-        return None
-    avoided, asked = routed.count("prior"), routed.count("llm") + routed.count("fuse")
-    mean = document_calls.usd / asked if document_calls and asked and not document_calls.unpriced_calls else None
-    return {
-        "llm_calls_avoided": avoided,
-        "llm_calls_made": asked,
-        "usd_saved_estimate": str(mean * avoided) if mean is not None else None,
-    }
-
-
-def run_metrics(state: RunState, k: int = 5) -> dict[str, dict[str, float]]:
-    """NDCG@k, MRR@k, MAP@k per task and over all queries, where the run has qrels."""
-    try:
-        lines = state.store.get(state.layout.file("qrels.jsonl")).splitlines()
-    except KeyError:
-        return {}
-    qrels = {row["query_id"]: {int(i): g for i, g in row["qrel"].items()} for row in map(json.loads, lines)}
-    if not qrels:
-        return {}
-    rankings = {(r.task, r.query_id): r.ranking.indices for r in state.results.values()}
-    tasks = {q: t for t, q in rankings}
-    tasks |= {f.query_id: f.task for f in state.job_failures if f.query_id}
-    out = {}
-    for task in ("documents", "chunks"):
-        judged = {q: rel for q, rel in qrels.items() if tasks.get(q) == task}
-        if judged:
-            out[task] = evaluate({q: rankings[(task, q)] for q in judged if (task, q) in rankings}, judged, k)
-    if len(out) > 1:
-        out["all"] = evaluate({q: rankings[(tasks[q], q)] for q in qrels if (tasks.get(q), q) in rankings}, qrels, k)
-    return out
-
-
-def finalize(state: RunState, manifest: RunManifest, budget_spent: bool = False) -> tuple[RunManifest, dict, dict]:
-    """Write cost.json, failures.jsonl, pending.jsonl, metrics.json, report.md and the manifest."""
-    state.poll()
+def write(state: RunState, manifest: RunManifest, pending: list[dict]) -> tuple[dict, dict]:
+    """Write every report file of a run from what is stored now; returns cost and metrics."""
     store, layout = state.store, state.layout
-    cost, metrics = cost_report(state), run_metrics(state)
-    failed = state.job_failures
-    done = {r.query_id for r in state.results.values()} | {f.query_id for f in failed}
-    try:
-        planned = [json.loads(line) for line in store.get(layout.file("plan.jsonl")).splitlines()]
-    except KeyError:
-        planned = []
-    pending = [p for p in planned if p["query_id"] not in done]
-    counts = manifest.counts | {
-        "done": len(state.results),
-        "failed": len(failed),
-        "invalid_rows": len(state.input_failures),
-        "pending": len(pending),
-        "skipped": len(state.skipped),
-        "reused": sum(1 for r in state.results.values() if r.reused_from),
-    }
-    if not pending:
-        status = "complete"
-    elif budget_spent or state.skipped:
-        status = "budget_exhausted"
-    else:
-        status = "incomplete"
-    now = datetime.now(UTC)
-    manifest = manifest.model_copy(
-        update={
-            "status": status,
-            "finished_at": now,
-            "counts": counts,
-            "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
-        }
-    )
-    lines = [f.model_dump_json() for f in [*state.input_failures, *failed]]
+    cost = cost_report(state)
+    lines = [f.model_dump_json() for f in [*state.input_failures, *state.job_failures]]
     store.put(layout.file("failures.jsonl"), ("\n".join(lines) + "\n" if lines else "").encode())
     store.put(layout.file("pending.jsonl"), "".join(json.dumps(p) + "\n" for p in pending).encode())
     store.put(layout.file("cost.json"), json.dumps(cost, indent=1).encode())
-    from producer import analysis  # it builds on this module
-
     summary = analysis.summarize(state)
     metrics = summary["metrics"]
     store.put(layout.file("metrics.json"), json.dumps(metrics, indent=1).encode())
@@ -219,7 +32,7 @@ def finalize(state: RunState, manifest: RunManifest, budget_spent: bool = False)
         text += f"\n![{name}]({name})\n"
     store.put(layout.file("report.md"), text.encode())
     put_model(store, layout.file("manifest.json"), manifest)
-    return manifest, cost, metrics
+    return cost, metrics
 
 
 def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) -> str:
@@ -227,7 +40,8 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
     out = [
         f"# Run {manifest.run_id}",
         "",
-        f"- status: **{manifest.status}**; input `{manifest.input}`; results `{manifest.results}`",
+        f"- status: **{manifest.status}**{f' ({manifest.error})' if manifest.error else ''}; input `{manifest.input}`; "
+        f"results `{manifest.results}`",
         f"- queries: {c.get('documents', 0)} document, {c.get('chunks', 0)} chunk; done {c.get('done', 0)}, "
         f"failed {c.get('failed', 0)}, pending {c.get('pending', 0)}; reused from earlier runs {c.get('reused', 0)}; "
         f"invalid input rows {c.get('invalid_rows', 0)}",

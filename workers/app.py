@@ -8,11 +8,15 @@ from celery import Celery
 from celery.signals import celeryd_init, worker_process_init
 
 from workers import logs
-from workers.settings import Settings
+from workers.settings import Settings, SettingsProblem, load_settings
 
 
 def make_app(settings: Settings | None = None) -> Celery:
-    settings = settings or Settings()
+    if settings is None:
+        try:
+            settings = load_settings()
+        except SettingsProblem as err:  # a worker that cannot start says why in one line
+            raise SystemExit(f"prism worker: {err}") from None
     broker = settings.broker_url or "memory://"
     backend = settings.result_backend or settings.broker_url or "cache+memory://"
     app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking"])
@@ -43,7 +47,13 @@ def make_app(settings: Settings | None = None) -> Celery:
     return app
 
 
-app = make_app()
+def __getattr__(name: str) -> Celery:
+    """``celery -A workers.app`` reads ``app``: built on first use, so importing this module
+    (the producer does) never reads settings."""
+    if name == "app":
+        globals()["app"] = made = make_app()
+        return made
+    raise AttributeError(name)
 
 
 @celeryd_init.connect

@@ -9,6 +9,7 @@ from decimal import Decimal
 import redis
 
 from prism.llm import BudgetExhausted
+from workers import keys
 
 _MICRO = Decimal(1_000_000)
 
@@ -20,24 +21,26 @@ def _micro(usd: Decimal) -> int:
 class RunBudget:
     def __init__(self, client: redis.Redis, run_id: str, cap_usd: Decimal):
         self.client, self.cap = client, _micro(cap_usd)
-        self.spent_key, self.reserved_key = f"prism:budget:{run_id}:spent", f"prism:budget:{run_id}:reserved"
-        self.flag_key = f"prism:budget:{run_id}:exhausted"
+        self.spent_key, self.reserved_key = keys.budget_spent(run_id), keys.budget_reserved(run_id)
+        self.flag_key = keys.budget_exhausted(run_id)
 
     def reserve(self, usd: Decimal) -> None:
         amount = _micro(usd)
         pipe = self.client.pipeline()
         pipe.incrby(self.reserved_key, amount)
         pipe.get(self.spent_key)
-        reserved, spent = pipe.execute()
+        pipe.expire(self.reserved_key, keys.BUDGET_TTL_S)
+        reserved, spent, _ = pipe.execute()
         if int(spent or 0) + reserved > self.cap:
             self.client.decrby(self.reserved_key, amount)
-            self.client.set(self.flag_key, 1)
+            self.client.set(self.flag_key, 1, ex=keys.BUDGET_TTL_S)
             raise BudgetExhausted(f"run budget of ${Decimal(self.cap) / _MICRO} reached")
 
     def settle(self, reserved: Decimal, spent: Decimal | None) -> None:
         pipe = self.client.pipeline()
         pipe.decrby(self.reserved_key, _micro(reserved))
         pipe.incrby(self.spent_key, _micro(spent or Decimal(0)))
+        pipe.expire(self.spent_key, keys.BUDGET_TTL_S)
         pipe.execute()
 
     def reopen(self) -> None:

@@ -10,6 +10,7 @@ import time
 import redis
 import structlog
 
+from workers import keys
 from workers.store import Store
 
 log = structlog.get_logger("prism")
@@ -26,7 +27,7 @@ class TieredCache:
     def get(self, key: str) -> dict | None:
         if self.hot is not None:
             try:
-                if (raw := self.hot.get(f"prism:cache:{key}")) is not None:
+                if (raw := self.hot.get(keys.cache(key))) is not None:
                     return json.loads(raw)
             except redis.RedisError:
                 pass  # a cache outage costs money, not correctness
@@ -56,6 +57,6 @@ class TieredCache:
     def _put_hot(self, key: str, value: dict) -> None:
         if self.hot is not None:
             try:
-                self.hot.set(f"prism:cache:{key}", json.dumps(value), ex=self.hot_ttl_s)
+                self.hot.set(keys.cache(key), json.dumps(value), ex=self.hot_ttl_s)
             except redis.RedisError:
                 pass

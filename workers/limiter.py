@@ -20,6 +20,7 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 from pydantic import BaseModel
 
 from prism.llm import RateLimited
+from workers import keys
 
 
 class ModelLimits(BaseModel):
@@ -33,7 +34,7 @@ class FleetLimiter:
     def __init__(
         self, storage_uri: str, limits: Mapping[str, ModelLimits], max_block_s: float = 5.0, headroom: float = 1.0
     ):
-        self.storage = storage_from_string(storage_uri)
+        self.storage = storage_from_string(storage_uri, key_prefix=keys.LIMITER_PREFIX)
         self.strategy = SlidingWindowCounterRateLimiter(self.storage)
         self.max_block_s = max_block_s
         self.items: dict[str, dict[str, RateLimitItem]] = {}

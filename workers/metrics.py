@@ -10,8 +10,7 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from prism.models import CallRecord
-
-KEY = "prism:metrics"
+from workers.keys import METRICS as KEY
 
 
 def record(client: redis.Redis | None, task: str, state: str, calls: list[CallRecord], limiter=None) -> None:

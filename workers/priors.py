@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from importlib.resources import files
 
 from prism.icl import EXAMPLES, INDEX, ExampleStore, ExampleStoreError
 from prism.icl import META as ICL_META
 from prism.models import RunConfig
 from prism.prior import ARRAYS, META, DocPrior, PriorModelError
+from prism.registry import NEEDS_PRIOR
 from workers.settings import Settings
 from workers.store import open_store
 
@@ -19,7 +19,7 @@ PACKAGED = str(files("prism").joinpath("data", "doc_prior"))
 
 
 @dataclass(frozen=True)
-class _Kind:
+class Kind:
     """A model a run pins by checksum: how to read it from its files, and what to call it."""
 
     load: Callable[[dict[str, bytes]], DocPrior | ExampleStore]
@@ -28,11 +28,11 @@ class _Kind:
     what: str
 
 
-_PRIOR = _Kind(DocPrior.from_files, (ARRAYS, META), PriorModelError, "prior model")
-_EXAMPLES = _Kind(ExampleStore.from_files, (INDEX, EXAMPLES, ICL_META), ExampleStoreError, "example store")
+PRIOR = Kind(DocPrior.from_files, (ARRAYS, META), PriorModelError, "prior model")
+EXAMPLE_STORE = Kind(ExampleStore.from_files, (INDEX, EXAMPLES, ICL_META), ExampleStoreError, "example store")
 
 
-def _read(kind: _Kind, uri: str, settings: Settings):
+def _read(kind: Kind, uri: str, settings: Settings):
     store = open_store(uri, settings)
     try:
         return kind.load({name: store.get(name) for name in kind.files})
@@ -40,37 +40,26 @@ def _read(kind: _Kind, uri: str, settings: Settings):
         raise kind.error(f"no {kind.what} at {uri}: {err} is missing") from None
 
 
-@cache
-def _pinned(kind: _Kind, ref: str):
-    """The model a run names as "<uri>#<sha256>", read once per process and checked."""
-    from workers import runtime
-
+def pinned(kind: Kind, ref: str, settings: Settings):
+    """The model a run names as "<uri>#<sha256>", checked against that checksum."""
     uri, _, sha = ref.rpartition("#")
-    model = _read(kind, uri, runtime.get().settings)
+    model = _read(kind, uri, settings)
     if model.meta["sha256"] != sha:
         raise kind.error(f"the {kind.what} at {uri} is not the one the run was planned with (sha256 {sha[:12]}...)")
     return model
 
 
 def read_prior(uri: str, settings: Settings) -> DocPrior:
-    return _read(_PRIOR, uri, settings)
+    return _read(PRIOR, uri, settings)
 
 
 def read_examples(uri: str, settings: Settings) -> ExampleStore:
-    return _read(_EXAMPLES, uri, settings)
-
-
-def prior_for(config: RunConfig) -> DocPrior | None:
-    return _pinned(_PRIOR, config.prior) if config.prior else None
-
-
-def examples_for_run(config: RunConfig) -> ExampleStore | None:
-    return _pinned(_EXAMPLES, config.icl_index) if config.icl_index else None
+    return _read(EXAMPLE_STORE, uri, settings)
 
 
 def with_prior(config: RunConfig, settings: Settings) -> RunConfig:
     """The config with the prior model pinned by checksum, when its document ranker needs one."""
-    if config.doc_ranker not in ("prior", "cascade", "fuse"):
+    if config.doc_ranker not in NEEDS_PRIOR:
         return config.model_copy(update={"prior": None})
     uri = settings.doc_prior or PACKAGED
     model = read_prior(uri, settings)

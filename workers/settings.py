@@ -9,15 +9,24 @@ import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlparse
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+    TomlConfigSettingsSource,
+)
 
 from prism.llm import Endpoint, RetryPolicy
-from prism.models import PromptVariant, RunConfig, Stage
+from prism.models import RunConfig, Stage
+from prism.registry import ChunkRankerSetting, DocRankerSetting, PromptVariant
 from workers.limiter import ModelLimits
 
 STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank", "embeddings", "evidence")
+FaultStage = Literal["ranker", "input", "aggregate", "store"]
 
 
 class EndpointOverride(BaseModel):
@@ -30,7 +39,8 @@ class EndpointOverride(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PRISM_", extra="ignore", populate_by_name=True)
+    # Unknown keys in the config file are errors: a misspelled option must not be ignored.
+    model_config = SettingsConfigDict(env_prefix="PRISM_", extra="forbid", populate_by_name=True)
 
     # where things run
     broker_url: str | None = None  # unset: embedded, in-process workers
@@ -48,57 +58,61 @@ class Settings(BaseSettings):
     llm_models: dict[Stage, str] = {}  # per-stage models, e.g. {"segments": "gpt-5"}
     embedder: str = "hashed"  # hashed ($0, offline), minilm ([local] extra), or an embeddings model name
     llm_endpoints: dict[Stage, EndpointOverride] = {}  # per-stage endpoints
-    llm_timeout_s: float = 120.0
-    llm_max_attempts: int = 6
-    llm_backoff_cap_s: float = 60.0
-    llm_max_output_tokens: int | None = None
-    llm_expected_output_tokens: int = 1000  # reserved against tokens/min per request when no max is set
+    llm_timeout_s: float = Field(120.0, gt=0)
+    llm_max_attempts: int = Field(6, ge=1)
+    llm_backoff_cap_s: float = Field(60.0, ge=0)
+    llm_max_output_tokens: int | None = Field(None, ge=1)
+    llm_expected_output_tokens: int = Field(1000, ge=1)  # reserved against tokens/min when no max is set
     prices_file: Path | None = None  # local price overrides on top of the bundled table
 
     # shared state: the fleet limiter, the hot cache, run budgets, metrics
     redis_url: str | None = None  # default: the broker, when it is Redis
-    llm_limits: dict[
-        str, ModelLimits
-    ] = {}  # per model ("*" for any): {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}
-    limiter_max_block_s: float = 5.0  # longer waits give the worker slot back (the task comes back later)
-    limiter_headroom: float = (
-        0.98  # use this share of each limit: the shared counters approximate the provider's exact window
-    )
+    # per model ("*" for any): {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}
+    llm_limits: dict[str, ModelLimits] = {}
+    limiter_max_block_s: float = Field(5.0, ge=0)  # longer waits give the worker slot back
+    # the share of each limit used: the shared counters approximate the provider's exact window
+    limiter_headroom: float = Field(0.98, gt=0, le=1)
     cache: bool = True  # answer identical LLM requests from the response cache
     cache_uri: str | None = None  # durable cache: a folder or s3://...; default: the results store
-    cache_ttl_s: int = 90 * 24 * 3600
-    cache_hot_ttl_s: int = 24 * 3600
-    budget_usd: Decimal | None = None  # per run; the run stops at this spend
-    stall_s: float = 120.0  # no progress, no queued or running task for this long: re-enqueue what is missing
-    max_requeues: int = 3
+    cache_ttl_s: int = Field(90 * 24 * 3600, ge=1)
+    cache_hot_ttl_s: int = Field(24 * 3600, ge=1)
+    budget_usd: Decimal | None = Field(None, gt=0)  # per run; the run stops at this spend
+    stall_s: float = Field(120.0, gt=0)  # no progress and nothing running this long: re-enqueue what is missing
+    max_requeues: int = Field(3, ge=0)
 
     # the method
-    doc_ranker: Literal["auto", "llm", "lexical", "prior", "cascade", "fuse", "agents"] = (
-        "auto"  # auto: cascade with an LLM, else prior
-    )
+    doc_ranker: DocRankerSetting = "auto"  # auto: cascade with an LLM, else prior
     doc_prior: str | None = None  # the prior model (a folder or s3:// prefix); default: the one shipped
     cascade_threshold: float | None = None  # default: the model's own (set for a share of queries when fitted)
-    chunk_ranker: Literal["auto", "llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"] = "auto"
+    chunk_ranker: ChunkRankerSetting = "auto"  # auto: llm with an LLM, else lexical
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
-    icl_documents: int = 0  # in-context examples per document prompt (the method: 5, 10 or 15)
-    icl_chunks: int = 0
+    icl_documents: int = Field(0, ge=0)  # in-context examples per document prompt (the method: 5, 10 or 15)
+    icl_chunks: int = Field(0, ge=0)
     icl_index: str | None = None  # the example store (prism icl build); a folder or s3:// prefix
-    prefilter_keep: int | None = None  # keep this many chunks per filing by BM25 + dense fusion
+    prefilter_keep: int | None = Field(None, ge=1)  # keep this many chunks per filing by BM25 + dense fusion
     dense: str = "lsa"  # the dense half of that fusion: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
-    evidence_rounds: int = 3
+    evidence_rounds: int = Field(3, ge=1, le=5)
     evidence_strictness: Literal["strict", "lenient"] = "strict"
     evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
     evidence_granularity: Literal["granularity_coarse", "granularity_fine"] = "granularity_coarse"
-    top_n: int = 5
-    segment_top_k: int = 10
-    segment_tokens: int = 32_000
+    top_n: int = Field(5, ge=1)
+    segment_top_k: int = Field(10, ge=1)
+    segment_tokens: int = Field(32_000, ge=1_000)
 
     # the fleet
-    embedded_workers: int = 2
-    visibility_timeout_s: int = 4 * 3600  # above the longest job, retries and waits included
-    task_time_limit_s: int = 3600
-    log_level: str = "INFO"
+    embedded_workers: int = Field(2, ge=1)
+    visibility_timeout_s: int = Field(4 * 3600, ge=60)  # above the longest job, retries and waits included
+    task_time_limit_s: int = Field(3600, ge=120)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    fault_at: FaultStage | None = None  # fault tests: every job raises at this stage
+
+    @field_validator("results", "cache_uri", "doc_prior", "icl_index")
+    @classmethod
+    def _store_uri(cls, value: str | None) -> str | None:
+        if value and value.startswith("s3://") and not urlparse(value).netloc:
+            raise ValueError("an s3:// URI needs a bucket: s3://bucket/prefix")
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -106,6 +120,8 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings)
         if path := os.environ.get("PRISM_CONFIG"):
+            if not Path(path).is_file():
+                raise SettingsProblem(f"PRISM_CONFIG={path}: no such file")
             sources += (TomlConfigSettingsSource(settings_cls, toml_file=path),)
         return sources
 
@@ -194,3 +210,35 @@ def _mask_urls(value):
     if isinstance(value, str):
         return re.sub(r"(//[^:/@]*:)[^@/]+@", r"\1****@", value)
     return value
+
+
+class SettingsProblem(ValueError):
+    """Bad settings, said in one line per problem, each naming the variable."""
+
+
+def load_settings(**overrides) -> Settings:
+    """The settings, or SettingsProblem naming each bad variable and what it allows."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as err:
+        raise SettingsProblem("\n".join(_describe(e) for e in err.errors())) from None
+    except SettingsError as err:  # a JSON value that does not parse
+        field = re.search(r'field "(\w+)"', str(err))
+        name = f"PRISM_{field.group(1).upper()}" if field else "a PRISM_* variable"
+        cause = f": {err.__cause__}" if err.__cause__ else ""
+        raise SettingsProblem(f"{name}: not valid JSON{cause}") from None
+
+
+def _describe(error: dict) -> str:
+    loc = [str(p) for p in error["loc"]]
+    name = "PRISM_" + loc[0].upper() if loc else "settings"
+    where = "".join(f"[{p}]" for p in loc[1:])
+    value = error.get("input")
+    shown = "" if isinstance(value, dict | list) or value is None else f"={value}"
+    if error["type"] == "extra_forbidden":
+        source = os.environ.get("PRISM_CONFIG", "the settings")
+        return f"{source}: unknown key {loc[0]!r}"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "literal_error":
+        message = "must be one of " + error["ctx"]["expected"]
+    return f"{name}{where}{shown}: {message}"

@@ -14,10 +14,9 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol, TypeVar
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
@@ -48,42 +47,6 @@ def put_model(store: Store, key: str, model: BaseModel, if_absent: bool = False)
 
 def get_model(store: Store, key: str, cls: type[M]) -> M:
     return cls.model_validate_json(store.get(key))
-
-
-@dataclass(frozen=True)
-class RunLayout:
-    run_id: str
-
-    @property
-    def base(self) -> str:
-        return f"runs/{self.run_id}"
-
-    def file(self, name: str) -> str:
-        return f"{self.base}/{name}"
-
-    def result(self, task: str, query_id: str) -> str:
-        return f"{self.base}/results/{task}/{quote(query_id, safe='')}.json"
-
-    def failure(self, name: str) -> str:
-        return f"{self.base}/failures/{quote(name, safe='')}.json"
-
-    def input(self, query_id: str) -> str:
-        return f"{self.base}/inputs/{quote(query_id, safe='')}.json"
-
-    def skipped(self, task: str, query_id: str) -> str:
-        return self.failure(f"skipped-{task}-{query_id}")
-
-    def spent(self, name: str) -> str:
-        return f"{self.base}/spent/{name}.json"
-
-    @staticmethod
-    def index(job_id: str) -> str:
-        """Where any run's result for this job id is recorded (for reuse by later runs)."""
-        return f"index/jobs/{job_id}"
-
-    @staticmethod
-    def query_id(key: str) -> str:
-        return unquote(key.rsplit("/", 1)[-1].removesuffix(".json"))
 
 
 class LocalStore:

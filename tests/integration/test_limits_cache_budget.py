@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from prism.llm import BudgetExhausted, RateLimited
+from workers import keys
 from workers.budget import RunBudget
 from workers.cache import TieredCache
 from workers.limiter import FleetLimiter, ModelLimits
@@ -71,8 +72,8 @@ def test_cache_answers_from_redis_then_from_the_store(redis_url, tmp_path):
     assert cache.get(key) is None
     cache.put(key, {"text": "[1, 0]"})
     assert cache.get(key)["text"] == "[1, 0]"
-    client.delete(f"prism:cache:{key}")  # the hot copy expired: the durable one answers and warms it
-    assert cache.get(key)["text"] == "[1, 0]" and client.exists(f"prism:cache:{key}")
+    client.delete(keys.cache(key))  # the hot copy expired: the durable one answers and warms it
+    assert cache.get(key)["text"] == "[1, 0]" and client.exists(keys.cache(key))
     expired = TieredCache(None, store, hot_ttl_s=60, ttl_s=-1)
     expired.put(key, {"text": "old"})
     assert expired.get(key) is None

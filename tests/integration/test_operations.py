@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 
 from prism.models import RunConfig, job_id
-from tasks.messages import DocumentJob
 from tests.conftest import DOC_DEV, fleet_env, load, prism_cli, read_run, upload_input
-from workers import runtime
+from workers.messages import DocumentJob
+from workers.runtime import Runtime
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -96,7 +96,7 @@ def test_a_second_delivery_stores_nothing_twice_and_keeps_its_calls(s3_server, b
         cache=False,
         results=f"s3://{bucket}/prism",
     )
-    runtime.use(settings)
+    rank_documents.app.prism_runtime = Runtime(settings)
     q = load(DOC_DEV, limit=1)[0]
     config = RunConfig(doc_ranker="llm")
     job = DocumentJob(
@@ -110,8 +110,8 @@ def test_a_second_delivery_stores_nothing_twice_and_keeps_its_calls(s3_server, b
         candidates=q.candidates,
     )
     message = job.model_dump(mode="json")
-    rank_documents.run(message)
-    rank_documents.run(message)  # the broker delivered it again
+    rank_documents(message)
+    rank_documents(message)  # the broker delivered it again
     run = {k: v for k, v in read_run_partial(s3_server, bucket, "dup").items()}
     assert len(run["results"]) == 1 and len(run["spent"]) == 1
     assert run["spent"][0]["reason"].startswith("duplicate delivery") and len(run["spent"][0]["calls"]) == 1

@@ -1,0 +1,64 @@
+"""Every ranker and prompt the method knows, by name: settings, the CLI, dispatch and the docs
+read them from here (a test checks the README against it)."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Task = Literal["documents", "chunks"]
+DocRankerName = Literal["llm", "lexical", "prior", "cascade", "fuse", "agents"]
+ChunkRankerName = Literal["llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"]
+PromptVariant = Literal["p1", "p2", "p3", "p4"]
+# As settings take them: "auto" picks by whether an LLM is configured.
+DocRankerSetting = Literal["auto", "llm", "lexical", "prior", "cascade", "fuse", "agents"]
+ChunkRankerSetting = Literal["auto", "llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"]
+
+RANKERS: dict[Task, dict[str, str]] = {
+    "documents": {
+        "llm": "the LLM orders the five filing types (prompt PRISM_DOC_PROMPT)",
+        "lexical": "BM25 over the filing-type descriptions, $0",
+        "prior": "the learned filing-type prior, $0",
+        "cascade": "the prior where it is confident, the LLM for the rest",
+        "fuse": "reciprocal-rank fusion of the prior and the LLM",
+        "agents": "a question analyzer's weights over five filing-type experts",
+    },
+    "chunks": {
+        "llm": "segments ranked by the LLM, winners pooled and re-ranked (prompt PRISM_CHUNK_PROMPT)",
+        "lexical": "BM25, $0",
+        "hybrid": "BM25 + dense reciprocal-rank fusion, $0",
+        "a1": "four role scorers, mean score",
+        "a2": "noise remover, candidate selector, four weighted scorers",
+        "a3": "quick filter, then three scorers",
+        "a4": "a quantitative and a qualitative analyst",
+        "evidence": "Selector/Adder evidence rounds and a grounded answer",
+    },
+}
+# Rankers that never call an LLM.
+FREE: dict[Task, frozenset[str]] = {
+    "documents": frozenset({"lexical", "prior"}),
+    "chunks": frozenset({"lexical", "hybrid"}),
+}
+# Document rankers that read the prior model.
+NEEDS_PRIOR = frozenset({"prior", "cascade", "fuse"})
+
+PROMPTS: dict[str, str] = {
+    "p1": "role, filing-type descriptions and hints, a strict list of indices",
+    "p2": "p1 with keyword ratios",
+    "p3": "a reasoning scaffold with domain hints, exactly N indices",
+    "p4": "p3 streamlined: a short, strict output contract and a few static examples",
+}
+
+
+def names(task: Task) -> tuple[str, ...]:
+    return tuple(RANKERS[task])
+
+
+def uses_llm(task: Task, ranker: str) -> bool:
+    return ranker not in FREE[task]
+
+
+assert set(get_args(DocRankerName)) == set(RANKERS["documents"]), "DocRankerName and RANKERS disagree"
+assert set(get_args(ChunkRankerName)) == set(RANKERS["chunks"]), "ChunkRankerName and RANKERS disagree"
+assert set(get_args(DocRankerSetting)) == {"auto", *RANKERS["documents"]}, "DocRankerSetting disagrees"
+assert set(get_args(ChunkRankerSetting)) == {"auto", *RANKERS["chunks"]}, "ChunkRankerSetting disagrees"
+assert set(get_args(PromptVariant)) == set(PROMPTS), "PromptVariant and PROMPTS disagree"

@@ -1,0 +1,395 @@
+"""A run's life: start (plan and enqueue), watch until every job has an outcome, finalize
+(status, counts, report files), resume. The CLI is a thin layer over this."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from amqp.exceptions import ChannelError
+from celery import Celery
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from prism.models import Failure, RunManifest, Usage
+from prism.pricing import PriceTable
+from producer import report
+from producer.plan import Plan, RunSpec, plan_run
+from producer.state import RunState, cost_report
+from workers import runtime as runtimes
+from workers.app import make_app
+from workers.budget import RunBudget
+from workers.embedded import embedded_worker
+from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys, progress_name
+from workers.settings import Settings
+from workers.store import Store, get_model, open_store, put_model
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+OWNER = f"{socket.gethostname()}:{os.getpid()}"
+FINISHED = ("complete", "incomplete", "budget_exhausted", "failed", "interrupted")
+
+
+class RunError(Exception):
+    """A run cannot start or go on; the message says why in one line."""
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
+        raise RunError(
+            f"--run-id {run_id!r}: use 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return run_id
+
+
+@dataclass
+class RunEnd:
+    """What a finished (or stopped) run comes to, for the summary and the exit status."""
+
+    manifest: RunManifest
+    cost: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    input_errors: list[str] = field(default_factory=list)
+
+
+class Runs:
+    def __init__(self, settings: Settings, console: Console):
+        self.settings, self.console = settings, console
+        self.runtime = runtimes.Runtime(settings)
+        self.app: Celery = make_app(settings)
+        self.app.prism_runtime = self.runtime  # embedded workers rank with the producer's runtime
+        self.app.set_current()
+
+    # -- start and resume ------------------------------------------------------------------
+
+    def start(self, spec: RunSpec, wait: bool, timeout: float | None) -> RunEnd:
+        manifest = RunManifest(
+            run_id=spec.run_id,
+            status="planning",
+            input=spec.input,
+            results=spec.results,
+            created_at=datetime.now(UTC),
+            config=spec.config,
+            settings=self.settings.masked(),
+            code_version=code_version(),
+            embedded=self.settings.embedded,
+            budget_usd=spec.budget_usd,
+            reuse=spec.reuse,
+        )
+        return self._execute(spec, manifest, wait, timeout)
+
+    def resume(self, run_id: str, results: str | None, budget_usd: Decimal | None, wait: bool, timeout: float | None):
+        store, manifest = self.open_run(run_id, results)
+        reopened = self.ledger(manifest.results).reopen_skipped(run_id)
+        budget = budget_usd if budget_usd is not None else manifest.budget_usd
+        if budget is not None and self.runtime.redis is not None:
+            RunBudget(self.runtime.redis, run_id, budget).reopen()
+        spec = RunSpec(run_id, manifest.input, manifest.results, manifest.config, budget, manifest.reuse)
+        manifest = manifest.model_copy(update={"budget_usd": budget, "finished_at": None, "error": None})
+        self.console.print(f"resuming {run_id}: {reopened} job(s) the budget had stopped are pending again")
+        return self._execute(spec, manifest, wait, timeout)
+
+    def _execute(self, spec: RunSpec, manifest: RunManifest, wait: bool, timeout: float | None) -> RunEnd:
+        if not wait and self.settings.embedded:
+            raise RunError("--no-wait needs a fleet (PRISM_BROKER_URL): embedded workers stop when the command ends")
+        budget = self._budget(spec)
+        store = self.runtime.store(spec.results)
+        manifest = manifest.model_copy(update={"owner": OWNER, "status": "planning"})
+        put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
+        spent = budget.exhausted if budget else (lambda: False)
+        with embedded_worker(self.app, self.settings.embedded_workers) if self.settings.embedded else nullcontext():
+            try:
+                plan = self._plan(spec, store, spent)
+            except Exception as err:  # noqa: BLE001 - the run is recorded failed, with the reason
+                failed = manifest.model_copy(
+                    update={"status": "failed", "error": f"planning failed: {_text(err)}", "finished_at": _now()}
+                )
+                put_model(store, RunLayout(spec.run_id).file("manifest.json"), failed)
+                raise
+            manifest = manifest.model_copy(
+                update={
+                    "status": "running",
+                    "owner": OWNER if self.settings.embedded else None,
+                    "counts": plan.counts(),
+                    "timings": manifest.timings | {"plan_s": plan.seconds},
+                }
+            )
+            put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
+            if plan.queries == 0 and plan.invalid_rows == 0:
+                error = f"{spec.input}: no input rows (an empty file, or a folder with no .jsonl files)"
+                failed = manifest.model_copy(update={"status": "failed", "error": error, "finished_at": _now()})
+                put_model(store, RunLayout(spec.run_id).file("manifest.json"), failed)
+                raise RunError(error)
+            if not wait:
+                return RunEnd(manifest)
+            state, requeues = self.watch(
+                RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent)
+            )
+        manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues})
+        return self.finalize(state, manifest, spent())
+
+    def _plan(self, spec: RunSpec, store: Store, spent: Callable[[], bool]) -> Plan:
+        progress = self.runtime.progress
+        base = progress.count(spec.run_id) if progress is not None else 0
+        with self.console.status("planning...") as status:
+            plan = plan_run(
+                spec,
+                store,
+                self.settings,
+                self.runtime.gateway,
+                spent,
+                on_query=lambda p: status.update(f"planning: {p.documents} document and {p.chunks} chunk queries"),
+            )
+        self.console.print(
+            f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued "
+            f"{plan.enqueued} ({plan.segments} segments), already done {plan.already_done}, reused {plan.reused}, "
+            f"left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
+        )
+        plan.progress_base = base
+        return plan
+
+    def _budget(self, spec: RunSpec) -> RunBudget | None:
+        if spec.budget_usd is None:
+            return None
+        if self.runtime.redis is None:
+            raise RunError("a run budget needs Redis: set PRISM_BROKER_URL (or PRISM_REDIS_URL)")
+        prices = PriceTable.load(self.settings.prices_file)
+        for stage in sorted(spec.config.paid_stages()):
+            model = spec.config.models[stage]
+            if prices.usd(model, Usage(prompt_tokens=1000)) is None:
+                raise RunError(f"model {model!r} has no price, so a budget cannot be kept; add it to PRISM_PRICES_FILE")
+        return RunBudget(self.runtime.redis, spec.run_id, spec.budget_usd)
+
+    # -- watch -------------------------------------------------------------------------------
+
+    def watch(
+        self, state: RunState, plan: Plan, timeout: float | None, replan: Callable[[], Plan]
+    ) -> tuple[RunState, int]:
+        """Wait until every enqueued job has an outcome. Progress is counted beside the store
+        (Redis, or memory when embedded); the store is read every few seconds for the cost
+        line. When nothing moves for ``stall_s`` and no worker holds a task, the missing jobs
+        were lost (a broker restart, a chord that cannot finish): enqueue them again,
+        ``max_requeues`` times at most, then record them as failed. Outcomes are write-once,
+        so a job that was only slow is not stored twice."""
+        s, run_id, progress = self.settings, state.layout.run_id, self.runtime.progress
+        deadline = time.monotonic() + timeout if timeout else None
+        expected = plan.queries - plan.not_enqueued
+
+        def counted() -> Callable[[], int]:
+            if progress is None:
+                return lambda: state.poll().finished
+            base, offset = plan.progress_base, plan.already_done + plan.reused
+            return lambda: offset + progress.count(run_id) - base
+
+        finished_now, requeues = counted(), 0
+        last_finished, last_change, last_read = -1, time.monotonic(), 0.0
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, TimeRemainingColumn(), console=self.console) as bar_view:
+            bar = bar_view.add_task("ranking", total=expected)
+            while True:
+                try:
+                    finished = finished_now()
+                    if time.monotonic() - last_read > 10 or finished >= expected:
+                        state.poll()
+                        last_read = time.monotonic()
+                        usd = cost_report(state)["total"]["usd"]
+                        description = f"ranking (failed {len(state.job_failures)}, ${float(usd):.4f})"
+                        bar_view.update(bar, description=description)
+                except Exception as err:  # noqa: BLE001 - the store or Redis may be down a while
+                    bar_view.console.print(
+                        f"[yellow]cannot read the run's progress ({type(err).__name__}); retrying[/]"
+                    )
+                    time.sleep(2)
+                    continue
+                bar_view.update(bar, completed=finished)
+                if finished >= expected or (deadline and time.monotonic() > deadline):
+                    return state, requeues
+                if finished != last_finished:
+                    last_finished, last_change = finished, time.monotonic()
+                elif time.monotonic() - last_change > s.stall_s and self._idle():
+                    if requeues >= s.max_requeues:
+                        self._record_lost(state, requeues)
+                        continue
+                    requeues += 1
+                    bar_view.console.print(
+                        f"[yellow]no progress for {s.stall_s:.0f} s and no worker busy: enqueuing the "
+                        f"{expected - finished} missing jobs again[/yellow]"
+                    )
+                    plan = replan()
+                    expected, finished_now = plan.queries - plan.not_enqueued, counted()
+                    last_change = time.monotonic()
+                time.sleep(0.25 if s.embedded else 0.5)
+
+    def _idle(self) -> bool:
+        """No task queued or running. Embedded: the in-process worker's own state (a chord's
+        polling of its header does not count as work). Fleet: the broker's queue and the
+        workers' replies; unknown (the broker down) counts as busy."""
+        if self.settings.embedded:
+            from celery.worker import state as worker_state
+
+            busy = [*worker_state.active_requests, *worker_state.reserved_requests]
+            return all(r.name == "celery.chord_unlock" for r in busy)
+        try:
+            with self.app.connection_for_read() as conn:
+                try:
+                    queue = conn.default_channel.queue_declare(queue=self.app.conf.task_default_queue, passive=True)
+                    if queue.message_count:
+                        return False
+                except ChannelError:  # no such queue: a restarted broker that lost it, so nothing waits
+                    pass
+            inspect = self.app.control.inspect(timeout=1.0)
+            replies = (inspect.active() or {}, inspect.reserved() or {}, inspect.scheduled() or {})
+            return not any(any(r.values()) for r in replies)
+        except Exception:  # noqa: BLE001
+            return False
+
+    def _record_lost(self, state: RunState, requeues: int) -> None:
+        """Give every enqueued job still without an outcome a failure that says why."""
+        layout, listed = state.layout, outcome_keys(state.store, state.layout.run_id)
+        for p in _plan_rows(state.store, layout):
+            if p["state"] == Outcome.PENDING or has_outcome(listed, layout.run_id, p["task"], p["query_id"]):
+                continue
+            failure = Failure(
+                run_id=layout.run_id,
+                kind="job",
+                task=p["task"],
+                query_id=p["query_id"],
+                line=p["line"],
+                error=f"no outcome after {requeues} requeue(s): the job was lost or its chord never completed",
+            )
+            key = layout.outcome(Outcome.FAILED, p["task"], p["query_id"])
+            if put_model(state.store, key, failure, if_absent=True) and self.runtime.progress is not None:
+                self.runtime.progress.add(layout.run_id, progress_name(p["task"], p["query_id"]))
+
+    # -- finalize ----------------------------------------------------------------------------
+
+    def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
+        """The run's status and counts from what is stored, then every report file."""
+        state.poll()
+        outcomes = {(r.task, r.query_id) for r in state.results.values()}
+        failed = state.job_failures
+        outcomes |= {(f.task, f.query_id) for f in failed}
+        pending = [p for p in _plan_rows(state.store, state.layout) if (p["task"], p["query_id"]) not in outcomes]
+        counts = manifest.counts | {
+            "done": len(state.results),
+            "failed": len(failed),
+            "invalid_rows": len(state.input_failures),
+            "pending": len(pending),
+            "skipped": len(state.skipped),
+            "reused": sum(1 for r in state.results.values() if r.reused_from),
+        }
+        status, error = settle_status(manifest, counts, budget_spent or bool(state.skipped))
+        now = _now()
+        manifest = manifest.model_copy(
+            update={
+                "status": status,
+                "error": error,
+                "owner": None if status in FINISHED else manifest.owner,
+                "finished_at": now,
+                "counts": counts,
+                "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
+            }
+        )
+        cost, metrics = report.write(state, manifest, pending)
+        return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
+
+    # -- reading runs ------------------------------------------------------------------------
+
+    def ledger(self, results: str) -> Ledger:
+        return self.runtime.ledger(results)
+
+    def open_run(self, run_id: str, results: str | None) -> tuple[Store, RunManifest]:
+        check_run_id(run_id)
+        store = open_store(results or self.settings.results, self.settings)
+        try:
+            return store, get_model(store, RunLayout(run_id).file("manifest.json"), RunManifest)
+        except KeyError:
+            raise RunError(f"no run {run_id!r} in {store.uri}") from None
+
+    def refresh(self, run_id: str, results: str | None) -> tuple[Store, RunManifest]:
+        """The run as stored, finalized as interrupted when its producer is gone."""
+        store, manifest = self.open_run(run_id, results)
+        if manifest.status in ("planning", "running") and manifest.owner and not _alive(manifest.owner):
+            outcome = self.finalize(RunState(store, run_id), manifest)
+            manifest = outcome.manifest
+        return store, manifest
+
+
+def settle_status(manifest: RunManifest, counts: dict, budget_spent: bool) -> tuple[str, str | None]:
+    if manifest.status == "failed":
+        return "failed", manifest.error
+    if manifest.status == "planning":
+        return "interrupted", manifest.error or "the producer stopped while planning"
+    done, failed, pending = counts.get("done", 0), counts.get("failed", 0), counts.get("pending", 0)
+    if manifest.owner and not _alive(manifest.owner) and pending:
+        return "interrupted", "the producer stopped before the run ended"
+    if not done and (failed or counts.get("invalid_rows", 0)) and not pending:
+        return "failed", "no query got a result"
+    if not pending:
+        return "complete", None
+    if budget_spent:
+        return "budget_exhausted", None
+    return "incomplete", None
+
+
+def _alive(owner: str) -> bool:
+    """Whether the producer named "host:pid" still runs; one on another host is assumed alive."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    if int(pid) == os.getpid():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _plan_rows(store: Store, layout: RunLayout) -> Iterator[dict]:
+    try:
+        data = store.get(layout.file("plan.jsonl"))
+    except KeyError:
+        return
+    for line in data.splitlines():
+        yield json.loads(line)
+
+
+def code_version() -> str:
+    import subprocess
+    from importlib.metadata import version
+    from pathlib import Path
+
+    text = version("prism-fleet")
+    try:
+        here = Path(__file__).resolve().parent
+        sha = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True, timeout=5
+        )
+        if sha.returncode == 0 and sha.stdout.strip():
+            text += f"+{sha.stdout.strip()}"
+    except OSError:
+        pass
+    return text
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"

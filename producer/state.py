@@ -1,0 +1,171 @@
+"""The read model of a run: its stored outcomes, read incrementally, and what they add up to
+(progress, cost roll-ups, metrics). Report and analysis build on it; nothing here writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from decimal import Decimal
+
+from pydantic import BaseModel
+
+from prism.metrics import evaluate
+from prism.models import CallRecord, Failure, JobResult, Spent, Task
+from workers.ledger import Outcome, RunLayout
+from workers.store import Store, get_model
+
+
+class RunState:
+    """The stored results and failures of a run, read incrementally: each file once."""
+
+    def __init__(self, store: Store, run_id: str):
+        self.store, self.layout = store, RunLayout(run_id)
+        self.results: dict[str, JobResult] = {}
+        self.failures: dict[str, Failure] = {}  # input errors, failed jobs and budget skips
+        self.spent: dict[str, Spent] = {}
+
+    def poll(self) -> RunState:
+        layout = self.layout
+        folders: tuple[tuple[str, dict, type[BaseModel]], ...] = (
+            (layout.folder(Outcome.DONE), self.results, JobResult),
+            (layout.folder(Outcome.FAILED), self.failures, Failure),
+            (layout.folder(Outcome.SKIPPED), self.failures, Failure),
+            (layout.file("spent/"), self.spent, Spent),
+        )
+        listed: set[str] = set()
+        for folder, seen, cls in folders:
+            for key in self.store.keys(folder):
+                listed.add(key)
+                if key not in seen:
+                    seen[key] = get_model(self.store, key, cls)
+        # A skip marker goes once the query is enqueued again (resume) and gets its outcome.
+        for key in [k for k, f in self.failures.items() if f.kind == "skipped" and k not in listed]:
+            del self.failures[key]
+        return self
+
+    def _without_result(self, kind: str) -> list[Failure]:
+        done = {(r.task, r.query_id) for r in self.results.values()}
+        return [f for f in self.failures.values() if f.kind == kind and (f.task, f.query_id) not in done]
+
+    @property
+    def job_failures(self) -> list[Failure]:
+        """Failed jobs; a job that failed once and then succeeded on redelivery counts as done."""
+        return self._without_result("job")
+
+    @property
+    def skipped(self) -> list[Failure]:
+        """Jobs the run's budget stopped: pending, not failed."""
+        return self._without_result("skipped")
+
+    @property
+    def input_failures(self) -> list[Failure]:
+        return [f for f in self.failures.values() if f.kind == "input"]
+
+    @property
+    def finished(self) -> int:
+        """Jobs with an outcome for now: done, failed, or stopped by the budget."""
+        return len(self.results) + len(self.job_failures) + len(self.skipped)
+
+    def calls(self) -> Iterable[tuple[str, Task, CallRecord]]:
+        """Every paid call of the run, once: in results, failures, skips and duplicate runs."""
+        holders = [*self.results.values(), *self.spent.values(), *self.job_failures, *self.skipped]
+        for h in holders:
+            for c in h.calls:
+                yield h.query_id or "", h.task or "documents", c
+
+
+class CostSummary(BaseModel):
+    calls: int = 0
+    attempts: int = 0
+    failed_calls: int = 0
+    cached_calls: int = 0  # answered from the response cache, at $0
+    throttled: int = 0  # attempts refused with 429
+    unpriced_calls: int = 0  # their cost is unknown, not zero
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    usd: Decimal = Decimal(0)  # priced calls only
+    llm_seconds: float = 0.0
+
+    def add(self, call: CallRecord) -> None:
+        self.calls += 1
+        self.attempts += call.attempts
+        self.throttled += call.throttled
+        self.failed_calls += call.error is not None
+        self.cached_calls += call.cached
+        self.unpriced_calls += call.usd is None and call.error is None
+        self.prompt_tokens += call.usage.prompt_tokens
+        self.cached_tokens += call.usage.cached_tokens
+        self.completion_tokens += call.usage.completion_tokens
+        self.usd += call.usd or 0
+        self.llm_seconds += call.latency_s
+
+    def usd_text(self) -> str:
+        text = f"${self.usd:.4f}"
+        return text + (f" + {self.unpriced_calls} unpriced call(s)" if self.unpriced_calls else "")
+
+
+def cost_report(state: RunState) -> dict:
+    """Per run, per task type, per stage, per model and per job; the totals are the sums of the
+    per-call records in the result and failure files."""
+    total, by_task, by_stage, by_model = CostSummary(), {}, {}, {}
+    by_job: dict[tuple[Task, str], CostSummary] = {}
+    for query_id, task, call in state.calls():
+        for summary in (
+            total,
+            by_task.setdefault(task, CostSummary()),
+            by_stage.setdefault(call.stage, CostSummary()),
+            by_model.setdefault(call.model, CostSummary()),
+            by_job.setdefault((task, query_id), CostSummary()),
+        ):
+            summary.add(call)
+
+    def dump(groups: dict) -> dict:
+        return {k: v.model_dump(mode="json") for k, v in sorted(groups.items())}
+
+    return {
+        "run_id": state.layout.run_id,
+        "savings": _cascade_savings(state, by_stage.get("documents")),
+        "total": total.model_dump(mode="json"),
+        "by_task": dump(by_task),
+        "by_stage": dump(by_stage),
+        "by_model": dump(by_model),
+        "jobs": [{"task": t, "query_id": q, **s.model_dump(mode="json")} for (t, q), s in sorted(by_job.items())],
+    }
+
+
+def _cascade_savings(state: RunState, document_calls: CostSummary | None) -> dict | None:
+    """Document queries the prior answered instead of the LLM, and what LLM-only would have
+    paid for them (at this run's mean paid cost per LLM document query)."""
+    routed = [r.ranking.answered_by for r in state.results.values() if r.task == "documents" and r.ranking.answered_by]
+    if not routed:
+        return None
+    avoided, asked = routed.count("prior"), routed.count("llm") + routed.count("fuse")
+    mean = document_calls.usd / asked if document_calls and asked and not document_calls.unpriced_calls else None
+    return {
+        "llm_calls_avoided": avoided,
+        "llm_calls_made": asked,
+        "usd_saved_estimate": str(mean * avoided) if mean is not None else None,
+    }
+
+
+def run_metrics(state: RunState, k: int = 5) -> dict[str, dict[str, float]]:
+    """NDCG@k, MRR@k, MAP@k per task and over all queries, where the run has qrels."""
+    try:
+        lines = state.store.get(state.layout.file("qrels.jsonl")).splitlines()
+    except KeyError:
+        return {}
+    qrels = {row["query_id"]: {int(i): g for i, g in row["qrel"].items()} for row in map(json.loads, lines)}
+    if not qrels:
+        return {}
+    rankings = {(r.task, r.query_id): r.ranking.indices for r in state.results.values()}
+    tasks = {q: t for t, q in rankings}
+    tasks |= {f.query_id: f.task for f in state.job_failures if f.query_id}
+    out = {}
+    for task in ("documents", "chunks"):
+        judged = {q: rel for q, rel in qrels.items() if tasks.get(q) == task}
+        if judged:
+            out[task] = evaluate({q: rankings[(task, q)] for q in judged if (task, q) in rankings}, judged, k)
+    if len(out) > 1:
+        out["all"] = evaluate({q: rankings[(tasks[q], q)] for q in qrels if (tasks.get(q), q) in rankings}, qrels, k)
+    return out

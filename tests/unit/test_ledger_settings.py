@@ -1,0 +1,104 @@
+"""The ledger's keys, the settings' one-line errors and the CLI's refusal to show tracebacks."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prism import registry
+from workers.ledger import Outcome, RunLayout, safe_name
+from workers.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PRISM = str(Path(sys.executable).parent / "prism")
+
+
+def test_safe_names_fit_any_id_and_keep_ids_apart():
+    ids = ["q1", "q/1", "q 1", "x" * 5000, "../../etc", "ü" * 300, ""]
+    names = [safe_name(i) for i in ids]
+    assert len(set(names)) == len(ids)
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]{1,64}", n) for n in names)
+    assert safe_name("q/1") == safe_name("q/1")  # same id, same key on every rerun
+    layout = RunLayout("r")
+    assert layout.outcome(Outcome.FAILED, "chunks", "x" * 5000).startswith("runs/r/failures/chunks/")
+    assert ".." not in layout.result("documents", "../../etc")
+
+
+def _prism(args: list[str], **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PRISM_", "OPENAI_"))}
+    return subprocess.run([PRISM, *args], env=clean | env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+BAD_SETTINGS = [
+    ({"PRISM_TOP_N": "0"}, "PRISM_TOP_N=0"),
+    ({"PRISM_SEGMENT_TOKENS": "10"}, "PRISM_SEGMENT_TOKENS=10"),
+    ({"PRISM_LLM_LIMITS": "not json"}, "PRISM_LLM_LIMITS: not valid JSON"),
+    ({"PRISM_DOC_RANKER": "nonsense"}, "PRISM_DOC_RANKER=nonsense: must be one of"),
+    ({"PRISM_BUDGET_USD": "-1"}, "PRISM_BUDGET_USD=-1"),
+    ({"PRISM_RESULTS": "s3://"}, "PRISM_RESULTS=s3://"),
+    ({"PRISM_CONFIG": "/no/such/file.toml"}, "PRISM_CONFIG=/no/such/file.toml: no such file"),
+]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"), BAD_SETTINGS, ids=[e[1].split("=")[0].split(":")[0] for e in BAD_SETTINGS]
+)
+def test_a_bad_setting_is_one_line_naming_the_variable(env, expected):
+    done = _prism(["run"], **env)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_help_works_whatever_the_settings():
+    done = _prism(["--help"], PRISM_DOC_RANKER="nonsense", PRISM_TOP_N="0")
+    assert done.returncode == 0 and "Usage" in done.stdout
+
+
+def test_an_unknown_key_in_the_config_file_is_an_error(tmp_path):
+    config = tmp_path / "prism.toml"
+    config.write_text("top_n = 3\nqrels_file = 'x'\n")
+    done = _prism(["run"], PRISM_CONFIG=str(config))
+    assert done.returncode == 2 and f"{config}: unknown key 'qrels_file'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "--run-id", "../../x"], "--run-id '../../x'"),
+        (["run", "--limit", "0"], "--limit"),
+        (["run", "--top-n", "0"], "--top-n=0"),
+        (["run", "--doc-ranker", "best"], "--doc-ranker=best: must be one of"),
+    ],
+)
+def test_a_bad_flag_is_named(args, expected):
+    done = _prism(args)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_empty_input_is_a_clear_error(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    done = _prism(["run", str(empty), "--results", str(tmp_path / "results")])
+    assert done.returncode == 2 and "no input rows" in done.stderr
+
+
+def test_settings_rankers_and_docs_agree_with_the_registry():
+    readme = (ROOT / "README.md").read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(PRISM_[A-Z_]+)`.*$", readme, re.M)}
+    for task, variable in (("documents", "PRISM_DOC_RANKER"), ("chunks", "PRISM_CHUNK_RANKER")):
+        assert variable in rows, f"the README's settings table has no row for {variable}"
+        missing = [name for name in registry.names(task) if f"`{name}`" not in rows[variable]]
+        assert not missing, f"the README row of {variable} misses {missing}"
+    fields = {f"PRISM_{name.upper()}" for name in Settings.model_fields}
+    documented = set(re.findall(r"`(PRISM_[A-Z_]+)`", readme))
+    assert documented - fields - {"PRISM_CONFIG"} == set(), "the README names settings that do not exist"
+    undocumented = sorted(fields - documented - {"PRISM_LLM_API_KEY"})
+    assert not undocumented, f"settings missing from the README: {undocumented}"

@@ -1,0 +1,43 @@
+"""Every Redis key the fleet writes, with how long it lives. Nothing else spells a key."""
+
+from __future__ import annotations
+
+DAY = 24 * 3600
+
+# Fleet metrics: one hash of counters for every process and host (read by `prism exporter`).
+METRICS = "prism:metrics"
+METRICS_TTL_S = None  # counters for the life of the fleet
+
+# The fleet limiter's sliding windows (the `limits` library adds its own suffixes; windows expire).
+LIMITER_PREFIX = "prism:limits"
+
+# The hot LLM response cache; entries expire after PRISM_CACHE_HOT_TTL_S.
+CACHE_PREFIX = "prism:cache:"
+
+# A run's budget: micro-USD spent and reserved, and the exhausted mark.
+BUDGET_TTL_S = 30 * DAY  # long after the run: a resume reads what was spent
+
+
+def cache(key: str) -> str:
+    return f"{CACHE_PREFIX}{key}"
+
+
+def budget_spent(run_id: str) -> str:
+    return f"prism:budget:{run_id}:spent"
+
+
+def budget_reserved(run_id: str) -> str:
+    return f"prism:budget:{run_id}:reserved"
+
+
+def budget_exhausted(run_id: str) -> str:
+    return f"prism:budget:{run_id}:exhausted"
+
+
+# A run's progress: the safe names of the jobs that have an outcome, for watching without
+# listing the results store on every tick.
+PROGRESS_TTL_S = 30 * DAY
+
+
+def progress(run_id: str) -> str:
+    return f"prism:run:{run_id}:finished"

@@ -1,0 +1,243 @@
+"""The run ledger: where a run's records live and the one place that writes a job's outcome.
+
+    runs/<run_id>/manifest.json, plan.jsonl, qrels.jsonl, cost.json, failures.jsonl, report.md
+    runs/<run_id>/results/<task>/<name>.json       a result                    (Outcome.DONE)
+    runs/<run_id>/failures/<task>/<name>.json      a failure and its reason    (Outcome.FAILED)
+    runs/<run_id>/skipped/<task>/<name>.json       stopped by the run's budget (Outcome.SKIPPED)
+    runs/<run_id>/failures/input/<name>.json       a bad input row or file     (Outcome.INVALID)
+    runs/<run_id>/inputs/<name>.json               a chunk query's candidates (claim check)
+    runs/<run_id>/spent/<id>.json                  calls no outcome holds (a second delivery)
+    index/jobs/<job_id>                            the key of a stored result, for later runs
+
+A query without any of these is pending. ``<name>`` is :func:`safe_name` of the query id: any
+length, any characters; the id itself is inside the record. Results and failures are written
+once: a job delivered twice keeps its first outcome, and the second one's calls go to spent/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol
+
+import redis
+import structlog
+
+from prism.models import CallRecord, Failure, JobResult, Ranking, Spent, Task
+from workers import keys
+from workers.messages import Job
+from workers.store import Store, put_model
+
+log = structlog.get_logger("prism")
+
+
+class Outcome(StrEnum):
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # the run's budget stopped it: pending, not failed
+    INVALID = "invalid"  # a bad input row: never became a job
+    PENDING = "pending"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: str) -> str:
+    """A store key part for any id: a readable, shortened slug plus a hash of the whole id."""
+    slug = _UNSAFE.sub("_", text)[:48].strip("._-") or "id"
+    return f"{slug}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+class RunLayout:
+    """The keys of one run's records."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.base = f"runs/{run_id}"
+
+    def file(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def folder(self, outcome: Outcome) -> str:
+        return f"{self.base}/{_FOLDERS[outcome]}/"
+
+    def outcome(self, outcome: Outcome, task: Task, query_id: str) -> str:
+        return f"{self.folder(outcome)}{task}/{safe_name(query_id)}.json"
+
+    def result(self, task: Task, query_id: str) -> str:
+        return self.outcome(Outcome.DONE, task, query_id)
+
+    def invalid(self, source: str, line: int) -> str:
+        return f"{self.folder(Outcome.FAILED)}input/{safe_name(source)}-{line}.json"
+
+    def input(self, query_id: str) -> str:
+        return f"{self.base}/inputs/{safe_name(query_id)}.json"
+
+    def spent(self, name: str) -> str:
+        return f"{self.base}/spent/{name}.json"
+
+    @staticmethod
+    def index(job_id: str) -> str:
+        """Where any run's result for this job id is recorded (for reuse by later runs)."""
+        return f"index/jobs/{job_id}"
+
+
+_FOLDERS = {Outcome.DONE: "results", Outcome.FAILED: "failures", Outcome.SKIPPED: "skipped"}
+
+
+class Progress(Protocol):
+    """Which jobs of a run have an outcome, kept beside the store so that watching a run does
+    not list the store on every tick."""
+
+    def add(self, run_id: str, name: str) -> None: ...
+
+    def discard(self, run_id: str, names: list[str]) -> None: ...
+
+    def count(self, run_id: str) -> int: ...
+
+
+class RedisProgress:
+    def __init__(self, client: redis.Redis):
+        self.client = client
+
+    def add(self, run_id: str, name: str) -> None:
+        pipe = self.client.pipeline()
+        pipe.sadd(keys.progress(run_id), name)
+        pipe.expire(keys.progress(run_id), keys.PROGRESS_TTL_S)
+        pipe.execute()
+
+    def discard(self, run_id: str, names: list[str]) -> None:
+        if names:
+            self.client.srem(keys.progress(run_id), *names)
+
+    def count(self, run_id: str) -> int:
+        return int(self.client.scard(keys.progress(run_id)))
+
+
+class MemoryProgress:
+    """For embedded runs: the workers are threads of the producer's own process."""
+
+    def __init__(self) -> None:
+        self.finished: dict[str, set[str]] = {}
+
+    def add(self, run_id: str, name: str) -> None:
+        self.finished.setdefault(run_id, set()).add(name)
+
+    def discard(self, run_id: str, names: list[str]) -> None:
+        self.finished.get(run_id, set()).difference_update(names)
+
+    def count(self, run_id: str) -> int:
+        return len(self.finished.get(run_id, ()))
+
+
+def progress_name(task: Task, query_id: str) -> str:
+    return f"{task}/{safe_name(query_id)}"
+
+
+class Ledger:
+    """Writes each job's one outcome into its run, and counts it."""
+
+    def __init__(self, store: Store, progress: Progress | None, on_outcome=None):
+        self.store, self.progress = store, progress
+        self.on_outcome = on_outcome or (lambda job, outcome, calls: None)  # metrics
+
+    def result(
+        self,
+        job: Job,
+        ranking: Ranking,
+        calls: list[CallRecord],
+        started_at: datetime,
+        n_candidates: int,
+        segments: int = 1,
+        levels: int = 1,
+    ) -> None:
+        result = JobResult(
+            run_id=job.run_id,
+            job_id=job.job_id,
+            query_id=job.query_id,
+            task=job.task,
+            ranker=job.config.ranker_for(job.task),
+            n_candidates=n_candidates,
+            ranking=ranking,
+            calls=calls,
+            segments=segments,
+            levels=levels,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+        )
+        key = RunLayout(job.run_id).result(job.task, job.query_id)
+        if put_model(self.store, key, result, if_absent=True):
+            self.store.put(RunLayout.index(job.job_id), key.encode())
+            self._finished(job, Outcome.DONE, calls)
+        else:
+            self._spent(job, calls, "duplicate delivery: the result was already stored")
+
+    def failure(self, job: Job, error: str, calls: list[CallRecord]) -> None:
+        failure = Failure(
+            run_id=job.run_id,
+            kind="job",
+            error=error,
+            query_id=job.query_id,
+            task=job.task,
+            line=job.line,
+            source=job.source or None,
+            calls=calls,
+        )
+        key = RunLayout(job.run_id).outcome(Outcome.FAILED, job.task, job.query_id)
+        if put_model(self.store, key, failure, if_absent=True):
+            self._finished(job, Outcome.FAILED, calls)
+        else:
+            self._spent(job, calls, "duplicate delivery: the failure was already stored")
+
+    def skipped(self, job: Job, calls: list[CallRecord]) -> None:
+        skipped = Failure(
+            run_id=job.run_id,
+            kind="skipped",
+            error="the run's budget is spent",
+            query_id=job.query_id,
+            task=job.task,
+            line=job.line,
+            calls=calls,
+        )
+        put_model(self.store, RunLayout(job.run_id).outcome(Outcome.SKIPPED, job.task, job.query_id), skipped)
+        self._finished(job, Outcome.SKIPPED, calls)
+
+    def reopen_skipped(self, run_id: str) -> int:
+        """Make the jobs a budget stopped pending again (a resume); returns how many."""
+        layout, names = RunLayout(run_id), []
+        for key in list(self.store.keys(layout.folder(Outcome.SKIPPED))):
+            self.store.delete(key)
+            task, name = key.split("/")[-2:]
+            names.append(f"{task}/{name.removesuffix('.json')}")
+        if self.progress is not None:
+            self.progress.discard(run_id, names)
+        return len(names)
+
+    def _spent(self, job: Job, calls: list[CallRecord], reason: str) -> None:
+        log.warning("duplicate delivery", reason=reason)
+        if calls:
+            spent = Spent(run_id=job.run_id, task=job.task, query_id=job.query_id, reason=reason, calls=calls)
+            put_model(self.store, RunLayout(job.run_id).spent(uuid.uuid4().hex), spent)
+        self.on_outcome(job, "duplicate", calls)
+
+    def _finished(self, job: Job, outcome: Outcome, calls: list[CallRecord]) -> None:
+        if self.progress is not None:
+            try:
+                self.progress.add(job.run_id, progress_name(job.task, job.query_id))
+            except redis.RedisError as err:  # the watcher falls back to listing the store
+                log.warning("progress not counted", error=str(err))
+        self.on_outcome(job, outcome.value, calls)
+
+
+def outcome_keys(store: Store, run_id: str) -> set[str]:
+    """The keys of every outcome a run holds now (results, failures, skips), listed once."""
+    layout = RunLayout(run_id)
+    return {key for outcome in _FOLDERS for key in store.keys(layout.folder(outcome))}
+
+
+def has_outcome(listed: set[str], run_id: str, task: Task, query_id: str) -> bool:
+    layout = RunLayout(run_id)
+    return any(layout.outcome(o, task, query_id) in listed for o in (Outcome.DONE, Outcome.FAILED))
