@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlparse
 
-from prism.datasets import RowError, read_queries
+from prism.datasets import RowError, RowWarning, read_queries
 from prism.hybrid import dense_scorer
 from prism.llm import recording
 from prism.models import Failure, JobResult, Query, RunConfig, Spent, job_id
@@ -74,19 +74,22 @@ def input_files(uri: str, settings: Settings) -> list[str]:
             .get_paginator("list_objects_v2")
             .paginate(Bucket=parsed.netloc, Prefix=parsed.path.lstrip("/"))
         )
-        keys = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(INPUT_SUFFIXES)]
+        keys = [
+            o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].lower().endswith(INPUT_SUFFIXES)
+        ]
         return [f"s3://{parsed.netloc}/{key}" for key in sorted(keys)]
     path = Path(uri)
     if path.is_dir():
-        return [str(p) for p in sorted(path.rglob("*")) if p.name.endswith(INPUT_SUFFIXES)]
+        return [str(p) for p in sorted(path.rglob("*")) if p.name.lower().endswith(INPUT_SUFFIXES) and p.is_file()]
     return [uri]
 
 
 def _rows(files: list[str], settings: Settings) -> Iterator[tuple[int, str, Query | RowError]]:
     for number, uri in enumerate(files):
         with open_input(uri, settings) as stream:
-            for item in read_queries(stream):
-                yield number, uri, item
+            for item in read_queries(stream, uri):
+                if not isinstance(item, RowWarning):  # warnings are not recorded yet
+                    yield number, uri, item
 
 
 def plan_run(
