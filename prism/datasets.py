@@ -256,7 +256,7 @@ def _load_json(raw: bytes | str, line: int) -> Any:
             text, parse_constant=parser.constant, parse_float=parser.number, object_pairs_hook=parser.pairs
         )
     except json.JSONDecodeError as err:
-        raise RowError(line, "(row)", f"not valid JSON: {err.msg} at column {err.colno}") from None
+        raise RowError(line, "(row)", f"not valid JSON: {err.msg} (column {err.colno})") from None
     except RecursionError:  # the decoder's own bound, far deeper than ours
         raise RowError(line, "(row)", f"nested more than {MAX_DEPTH} levels deep (the limit)") from None
     except ValueError as err:  # e.g. an integer of more than 4300 digits
