@@ -12,16 +12,13 @@ import json
 import tempfile
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlparse
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from prism.datasets import RowError, read_queries
+from prism.datasets import InputFileError, RowError, RowWarning, read_input
 from prism.hybrid import dense_scorer
 from prism.llm import Gateway, recording
 from prism.models import Failure, JobResult, Query, RunConfig, Spent, job_id
@@ -45,6 +42,7 @@ class Plan:
     already_done: int = 0  # this run held their outcome already
     reused: int = 0  # copied from an earlier run with the same job id
     not_enqueued: int = 0  # left pending: the run's budget was spent while planning
+    warnings: int = 0  # rows that run, with something said about them (warnings.jsonl)
     seconds: float = 0.0
     progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)
 
@@ -89,32 +87,24 @@ def input_files(uri: str, settings: Settings) -> list[str]:
             .get_paginator("list_objects_v2")
             .paginate(Bucket=parsed.netloc, Prefix=parsed.path.lstrip("/"))
         )
-        keys = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(INPUT_SUFFIXES)]
+        keys = [
+            o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].lower().endswith(INPUT_SUFFIXES)
+        ]
         return [f"s3://{parsed.netloc}/{key}" for key in sorted(keys)]
     path = Path(uri)
     if path.is_dir():
-        return [str(p) for p in sorted(path.rglob("*")) if p.name.endswith(INPUT_SUFFIXES)]
+        return [str(p) for p in sorted(path.rglob("*")) if p.name.lower().endswith(INPUT_SUFFIXES) and p.is_file()]
     return [uri]
 
 
-class FileProblem(Exception):
-    """A whole input file that cannot be read: its rows read so far stand, the other files run."""
-
-    def __init__(self, source: str, line: int, reason: str):
-        super().__init__(f"{source}: cannot be read after line {line}: {reason}")
-        self.source, self.line = source, line
-
-
-def _rows(files: list[str], settings: Settings) -> Iterator[tuple[str, Query | RowError | FileProblem]]:
+def _rows(files: list[str], settings: Settings) -> Iterator[tuple[str, Query | RowError | RowWarning | InputFileError]]:
+    """Every file's items; a file that cannot be read ends its own items, not the run."""
     for uri in files:
-        line = 0
         try:
-            with open_input(uri, settings) as stream:
-                for item in read_queries(stream):
-                    line = item.line
-                    yield uri, item
-        except (OSError, EOFError, zlib.error, BotoCoreError, ClientError) as err:
-            yield uri, FileProblem(uri, line, f"{type(err).__name__}: {err}")
+            for item in read_input(uri, lambda uri=uri: open_input(uri, settings)):
+                yield uri, item
+        except InputFileError as err:
+            yield uri, err
 
 
 def plan_run(
@@ -131,14 +121,22 @@ def plan_run(
     listed = outcome_keys(store, spec.run_id)
     files = input_files(spec.input, settings)
     first_line: dict[str, str] = {}
-    with tempfile.TemporaryFile() as plan_file, tempfile.TemporaryFile() as qrels_file:
+    spools = {name: tempfile.TemporaryFile() for name in ("plan.jsonl", "qrels.jsonl", "warnings.jsonl")}
+    plan_file, qrels_file, warnings_file = spools.values()
+    try:
         for source, item in _rows(files, settings):
+            if isinstance(item, RowWarning):  # the row still runs; the warning is kept with the run
+                plan.warnings += 1
+                row = {"source": source, "line": item.line, "field": item.field, "message": item.message}
+                warnings_file.write(json.dumps(row | {"query_id": item.query_id}).encode() + b"\n")
+                continue
             if isinstance(item, Query) and item.id in first_line:
                 message = f"duplicate query id {item.id!r} (first on {first_line[item.id]})"
                 item = RowError(item.line, "id", message, item.id)
             if not isinstance(item, Query):
                 plan.invalid_rows += 1
-                put_model(store, layout.invalid(source, item.line), _invalid(spec.run_id, source, item))
+                line = item.line if isinstance(item, RowError) else -1  # -1: the file itself
+                put_model(store, layout.invalid(source, line), _invalid(spec.run_id, source, item))
                 continue
             first_line[item.id] = f"{source} line {item.line}"
             if item.qrel:
@@ -150,18 +148,20 @@ def plan_run(
             on_query(plan)
             if spec.limit and plan.queries >= spec.limit:
                 break
-        for name, spool in (("plan.jsonl", plan_file), ("qrels.jsonl", qrels_file)):
+        for name, spool in spools.items():
             spool.seek(0)
             store.put(layout.file(name), spool.read())
+    finally:
+        for spool in spools.values():
+            spool.close()
     plan.seconds = round(time.monotonic() - started, 3)
     return plan
 
 
-def _invalid(run_id: str, source: str, item: RowError | FileProblem) -> Failure:
-    if isinstance(item, FileProblem):
-        return Failure(
-            run_id=run_id, kind="input", error=str(item), line=item.line or None, source=source, field="(file)"
-        )
+def _invalid(run_id: str, source: str, item: RowError | InputFileError) -> Failure:
+    if isinstance(item, InputFileError):
+        line = item.last_good_line or None
+        return Failure(run_id=run_id, kind="input", error=str(item), line=line, source=source, field="(file)")
     return Failure(
         run_id=run_id,
         kind="input",

@@ -67,17 +67,21 @@ def test_native_rows_infer_the_task():
     [
         ('{"id": "a", "question": "q", "candidates": [', "(row)", "not valid JSON"),
         ("[1, 2]", "(row)", "JSON object"),
-        ('{"question": "q", "candidates": ["x"]}', "id", "missing or empty id"),
+        ('{"question": "q", "candidates": ["x"]}', "id", "expected a non-empty string id, got nothing"),
         ('{"id": "a", "question": "q", "candidates": []}', "candidates", "non-empty list"),
-        ('{"id": "a", "question": "", "candidates": ["x"]}', "question", "at least 1 character"),
+        ('{"id": "a", "question": "", "candidates": ["x"]}', "question", "expected a question, got only whitespace"),
         ('{"id": "a", "question": "q", "candidates": ["x"], "qrel": {"5": 1}}', "qrel", "outside"),
-        ('{"id": "a", "question": "q", "candidates": ["x"], "qrel": {"zero": 1}}', "qrel", "index -> integer"),
+        (
+            '{"id": "a", "question": "q", "candidates": ["x"], "qrel": {"zero": 1}}',
+            "qrel",
+            "'zero' is not a candidate index",
+        ),
         (
             '{"uuid": "u", "messages": [{"role": "user", "content": "no candidates here"}]}',
             "messages",
             "no message holds",
         ),
-        ('{"uuid": "u", "messages": [{"role": "user"}]}', "messages[0].content", "missing"),
+        ('{"uuid": "u", "messages": [{"role": "user"}]}', "messages[0].content", "got nothing"),
         (
             '{"uuid": "u", "messages": [{"role": "user", "content": "[Chunk Index 0] text"}]}',
             "messages[0].content",
