@@ -307,9 +307,15 @@ def _ingest_rows(
 ) -> None:
     import io
 
-    rows = filings_from_rows(io.BytesIO(data), uri, index, counter)
+    def latest(filing_id: str) -> str | None:
+        head = corpus.head(filing_id)
+        return head.latest if head and corpus.store.exists(corpus.filing_key(filing_id, head.latest)) else None
+
+    rows = filings_from_rows(io.BytesIO(data), uri, index, counter, latest)
     for err in rows.errors:
         _fail(corpus, summary, err)
+    for fid in rows.unchanged:
+        _count(corpus, summary, "unchanged", fid)
     for filing in rows.filings:
         _count(corpus, summary, corpus.put_filing(filing), filing.id)
     summary.questions.update(rows.questions)

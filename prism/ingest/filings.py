@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import IO, Any
@@ -135,6 +135,7 @@ class RowFilings:
     questions: dict[str, str] = field(default_factory=dict)  # query id -> filing id
     errors: list[IngestError] = field(default_factory=list)  # one per bad row, naming its line
     document_rows: int = 0  # document-ranking rows: their candidates are filing types, no filing text
+    unchanged: list[str] = field(default_factory=list)  # filing ids whose version was already known: not rebuilt
 
 
 def filings_from_rows(
@@ -142,10 +143,12 @@ def filings_from_rows(
     source: str,
     meta_index: dict[str, dict[str, Any]] | None = None,
     counter: TokenCounter | None = None,
+    latest: Callable[[str], str | None] | None = None,
 ) -> RowFilings:
     """FinanceBench page rows (``doc_name`` set: candidates are 0-based pages, the filing id is
     the doc_name) and FinAgentBench chunk rows (the filing id is a hash of the candidate list).
-    Metadata: the row's own ``company`` / ``doc_type`` fields, then ``meta_index[doc_name]``."""
+    Metadata: the row's own ``company`` / ``doc_type`` fields, then ``meta_index[doc_name]``.
+    A filing whose version is already ``latest(filing id)`` is listed in ``unchanged``, not rebuilt."""
     counter = counter or TokenCounter()
     meta_index = meta_index or {}
     out = RowFilings()
@@ -179,13 +182,16 @@ def filings_from_rows(
         except IngestError as err:
             out.errors.append(err)
             continue
+        version = filing_version(digest, None, record)
+        by_hash[digest], by_id[fid] = fid, (digest, line)
+        out.questions[query.id] = fid
+        if latest is not None and latest(fid) == version:
+            out.unchanged.append(fid)
+            continue
         meta = guess_meta(meta, fid, "\n".join(query.candidates[:3]))
         chunks = _candidate_chunks(fid, query.candidates, counter, pages=doc_name is not None)
         flags: list[FilingFlag] = ["empty_pages"] if doc_name and any("empty" in c.flags for c in chunks) else []
-        version = filing_version(digest, None, record)
         out.filings.append(_filing(fid, version, "rows", body, meta, chunks, None, counter, flags))
-        by_hash[digest], by_id[fid] = fid, (digest, line)
-        out.questions[query.id] = fid
     return out
 
 

@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from prism.ingest import Filing
+from tests.filings import edgar_html, encrypted, pdf
 from workers.corpus import Corpus, ingest_source, safe_name
 from workers.store import LocalStore, S3Store
 from workers.testing import s3_client
-from tests.filings import edgar_html, encrypted, pdf
 
 pytestmark = pytest.mark.integration
 

@@ -211,3 +211,7 @@ def test_chunk_rows_with_identical_candidates_share_one_filing():
     assert shared.chunks[2].flags == ["empty"] and shared.chunks[0].page is None
     assert [e.source for e in rows.errors] == ["rows.jsonl line 4"] and "not valid JSON" in rows.errors[0].reason
     assert rows.document_rows == 1 and "q4" not in rows.questions  # filing types, not a filing
+    # A filing already stored at this version is not rebuilt; its questions still map to it.
+    versions = {f.id: f.version for f in rows.filings}
+    again = filings_from_rows(io.BytesIO(data.encode()), "rows.jsonl", counter=COUNTER, latest=versions.get)
+    assert again.filings == [] and again.unchanged == list(versions) and again.questions == rows.questions
