@@ -1,0 +1,90 @@
+"""Ingest of the FinanceBench filings inside the page-ranking rows (pages as chunks, metadata
+from the document information): pages per second into a local folder and into S3 (SeaweedFS),
+the bytes stored, and those bytes over what the row-per-question layout stores for the same
+questions (one chunk input with the whole candidate list per question).
+
+    python bench/ingest.py
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from _common import PAGES, SHARED, report
+
+from prism.datasets import load_queries
+from prism.segmenting import TokenCounter
+from prism.strategies.chunks import prepare
+from workers.corpus import Corpus, ingest_source
+from workers.store import LocalStore, S3Store
+
+DOC_INFO = SHARED / "financebench" / "financebench_document_information.jsonl"
+SEGMENT_TOKENS = 32_000  # RunConfig's default segment budget: what a run's chunk inputs are cut for
+
+
+def row_layout_bytes(counter: TokenCounter) -> tuple[int, int]:
+    """Bytes of runs/<id>/inputs/<query_id>.json for every page row (as the producer writes them)."""
+    queries = load_queries(PAGES)
+    total = sum(
+        len(prepare(q.question, q.candidates, counter, SEGMENT_TOKENS).model_dump_json(indent=1).encode())
+        for q in queries
+    )
+    return len(queries), total
+
+
+def ingest(store, counter: TokenCounter) -> dict:
+    started = time.perf_counter()
+    summary = ingest_source(PAGES, store, meta=DOC_INFO, counter=counter)
+    seconds = time.perf_counter() - started
+    again = time.perf_counter()
+    rerun = ingest_source(PAGES, store, meta=DOC_INFO, counter=counter)
+    assert rerun.unchanged == summary.ingested and rerun.ingested == 0, rerun
+    return {
+        "filings": summary.ingested,
+        "failed": summary.failed,
+        "questions": len(summary.questions),
+        "pages": summary.pages,
+        "empty_pages": summary.empty_pages,
+        "seconds": seconds,
+        "rerun_seconds": time.perf_counter() - again,
+        "bytes": Corpus(store).stored_bytes(),
+    }
+
+
+def main() -> None:
+    from workers.testing import SeaweedS3, s3_client
+
+    counter = TokenCounter()
+    counter.count("warm the tokenizer")
+    rows, row_bytes = row_layout_bytes(counter)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = ingest(LocalStore(Path(tmp) / "corpus"), counter)
+        server = SeaweedS3(Path(tmp) / "s3")
+        try:
+            client = s3_client(server.endpoint)
+            client.create_bucket(Bucket="bench-corpus")
+            s3 = ingest(S3Store("bench-corpus", "prism", client), counter)
+        finally:
+            server.stop()
+    assert local["bytes"] == s3["bytes"], (local["bytes"], s3["bytes"])
+    report(
+        filings=local["filings"],
+        questions=local["questions"],
+        pages=local["pages"],
+        empty_pages=local["empty_pages"],
+        failed=local["failed"],
+        ingest_pages_per_s_local=local["pages"] / local["seconds"],
+        ingest_pages_per_s_s3=s3["pages"] / s3["seconds"],
+        rerun_s_local=local["rerun_seconds"],
+        rerun_s_s3=s3["rerun_seconds"],
+        corpus_bytes=local["bytes"],
+        row_layout_rows=rows,
+        row_layout_bytes=row_bytes,
+        corpus_bytes_ratio=local["bytes"] / row_bytes,
+    )
+
+
+if __name__ == "__main__":
+    main()

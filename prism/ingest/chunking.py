@@ -1,0 +1,129 @@
+"""Chunks with stable ids: one per page for PDFs; for HTML and text, sections cut at headings
+(EDGAR "PART II" / "Item 1A. Risk Factors", Markdown "#"), each packed into chunks of at most
+``chunk_tokens`` tokens at paragraph, then line, then token boundaries."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from prism.ingest.models import Chunk, Chunking
+from prism.segmenting import TokenCounter
+
+# A separator after the item number is required unless the number ends the line, so prose such
+# as "Item 7 of this report" is not taken for a heading.
+_ITEM = re.compile(r"^item\s+\d{1,2}[a-z]?\s*(?:[.:\-\u2013\u2014]\s*\S.*|[.:]?)$", re.IGNORECASE)
+_PART = re.compile(r"^part\s+[ivx]{1,4}\b\s*(?:[.:\-\u2013\u2014]\s*\S.*)?$", re.IGNORECASE)
+_MARKDOWN = re.compile(r"^#{1,6}\s+\S")
+_TOC_PAGE = re.compile(r"\s\d{1,3}$")  # "Item 1A. Risk Factors 12": a table-of-contents entry
+MAX_HEADING_CHARS = 160
+
+
+def is_heading(line: str) -> bool:
+    if not line or len(line) > MAX_HEADING_CHARS or _TOC_PAGE.search(line):
+        return False
+    return bool(_ITEM.match(line) or _PART.match(line) or _MARKDOWN.match(line))
+
+
+@dataclass(frozen=True)
+class Section:
+    heading: str | None
+    text: str  # the heading line first, when there is one
+
+
+def sections(text: str) -> list[Section]:
+    """The text cut before each heading line; sections with nothing but a heading are merged
+    into the next one (a "PART I" line directly above "Item 1. Business")."""
+    found: list[Section] = []
+    heading: str | None = None
+    lines: list[str] = []
+    has_body = False
+
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if is_heading(stripped):
+            if has_body:
+                found.append(Section(heading, "\n".join(lines).strip()))
+                lines, has_body = [], False
+            heading = stripped.lstrip("#").strip() if _MARKDOWN.match(stripped) else stripped
+        elif stripped:
+            has_body = True
+        lines.append(line)
+    if has_body or lines:
+        found.append(Section(heading, "\n".join(lines).strip()))
+    return [s for s in found if s.text]
+
+
+def page_chunks(filing_id: str, pages: Sequence[str], counter: TokenCounter) -> list[Chunk]:
+    tokens = counter.count_many(pages)
+    return [
+        Chunk(
+            id=f"{filing_id}:p{i + 1}",
+            index=i,
+            page=i + 1,
+            text=text,
+            tokens=n,
+            flags=[] if text.strip() else ["empty"],
+        )
+        for i, (text, n) in enumerate(zip(pages, tokens))
+    ]
+
+
+def section_chunks(filing_id: str, text: str, chunking: Chunking, counter: TokenCounter) -> list[Chunk]:
+    out: list[Chunk] = []
+    for number, section in enumerate(sections(text), start=1):
+        for part, (body, split) in enumerate(_pack(section.text, chunking.chunk_tokens, counter), start=1):
+            out.append(
+                Chunk(
+                    id=f"{filing_id}:s{number}.{part}",
+                    index=len(out),
+                    section=number,
+                    heading=section.heading,
+                    text=body,
+                    tokens=0,
+                    flags=["split"] if split else [],
+                )
+            )
+    for chunk, n in zip(out, counter.count_many([c.text for c in out])):
+        chunk.tokens = n
+    return out
+
+
+def _pack(text: str, limit: int, counter: TokenCounter) -> list[tuple[str, bool]]:
+    """Paragraphs joined greedily up to ``limit`` tokens; a paragraph over it is cut by lines,
+    a line over it by tokens (those pieces are flagged as split)."""
+    pieces: list[tuple[str, bool]] = []
+    for paragraph in (p.strip() for p in text.split("\n\n")):
+        if not paragraph:
+            continue
+        if counter.count(paragraph) <= limit:
+            pieces.append((paragraph, False))
+            continue
+        for line in paragraph.split("\n"):
+            if counter.count(line) <= limit:
+                pieces.append((line, False))
+            else:
+                pieces.extend((window, True) for window in _token_windows(line, limit, counter))
+    chunks: list[tuple[str, bool]] = []
+    current: list[str] = []
+    current_tokens, current_split = 0, False
+    for piece, split in pieces:
+        n = counter.count(piece) + 1  # the separator
+        if current and (current_tokens + n > limit or split or current_split):
+            chunks.append(("\n\n".join(current), current_split))
+            current, current_tokens = [], 0
+        current.append(piece)
+        current_tokens += n
+        current_split = split
+    if current:
+        chunks.append(("\n\n".join(current), current_split))
+    return chunks
+
+
+def _token_windows(text: str, limit: int, counter: TokenCounter) -> list[str]:
+    if counter.encoding is None:
+        step = limit * 3  # the estimate's own rate: three characters a token
+        return [text[i : i + step] for i in range(0, len(text), step)]
+    ids = counter.encoding.encode_ordinary(text)
+    return [counter.encoding.decode(ids[i : i + limit]) for i in range(0, len(ids), limit)]

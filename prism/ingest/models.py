@@ -1,0 +1,124 @@
+"""A filing as stored in the corpus: its metadata, its chunks with stable ids, and its version."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import date, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SourceKind = Literal["pdf", "html", "text", "rows"]
+# empty: the chunk holds no text (a PDF page with no text layer, e.g. a scanned image);
+# split: a paragraph too long for one chunk was cut at token boundaries.
+ChunkFlag = Literal["empty", "split"]
+# empty_pages: some pages hold no text (kept, flagged); guessed_metadata: some metadata fields
+# come from the file name or the text, not from a metadata file (FilingMeta.guessed says which).
+FilingFlag = Literal["empty_pages", "guessed_metadata", "decoded_cp1252"]
+# The metadata fields a filing can have guessed.
+MetaField = Literal["company", "form_type", "fiscal_year", "fiscal_quarter", "period_end"]
+
+
+class Chunking(BaseModel):
+    """How HTML and text are cut (PDFs are always cut into pages). Part of a filing's version."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk_tokens: int = Field(default=512, ge=32, le=32_000)
+    encoding: str = "o200k_base"
+
+
+class FilingMeta(BaseModel):
+    company: str | None = None
+    form_type: str | None = None  # one of prism.models.FILING_TYPES when known ("10-K", "10-Q", ...)
+    fiscal_year: int | None = Field(None, ge=1900, le=2200)
+    fiscal_quarter: int | None = Field(None, ge=1, le=4)
+    period_end: date | None = None
+    source_uri: str
+    name: str | None = None  # the filing's own name (file stem, FinanceBench doc_name)
+    guessed: list[MetaField] = []  # fields taken from the file name or text, not given
+    extra: dict[str, str | int | float | bool | None] = {}  # other fields of the metadata file, kept as given
+
+
+class Chunk(BaseModel):
+    # "<filing_id>:p12" (page 12), "<filing_id>:s3.2" (section 3, part 2) or "<filing_id>:c7"
+    # (candidate 7 of a benchmark row); numbers from 1.
+    id: str
+    index: int  # 0-based position in the filing: the candidate index a ranking returns
+    page: int | None = None  # 1-based page number, as a PDF viewer shows it
+    section: int | None = None  # 1-based section number (text before the first heading is section 1 when any)
+    heading: str | None = None  # the section's heading line ("Item 1A. Risk Factors")
+    text: str
+    tokens: int
+    flags: list[ChunkFlag] = []
+
+
+class Filing(BaseModel):
+    id: str = Field(min_length=1)
+    version: str  # sha256 over the source bytes, the chunking and the given metadata: any change, a new version
+    content_sha256: str  # sha256 of the source bytes alone
+    kind: SourceKind
+    meta: FilingMeta
+    chunking: Chunking | None = None  # None for pages (PDFs, row candidates), which do not depend on it
+    chunks: list[Chunk]
+    tokens: int  # sum over the chunks
+    exact_tokens: bool  # counted with the model's tokenizer (else a conservative estimate)
+    flags: list[FilingFlag] = []
+
+    @property
+    def empty_pages(self) -> int:
+        return sum(1 for c in self.chunks if "empty" in c.flags and c.page is not None)
+
+    @property
+    def pages(self) -> int:
+        return sum(1 for c in self.chunks if c.page is not None)
+
+
+# Bumped when extraction or chunking changes what a source gives, so every filing gets a new version.
+INGEST_FORMAT = 1
+
+
+def filing_version(content_sha256: str, chunking: Chunking | None, record: dict[str, Any]) -> str:
+    """Known before the source is parsed, so an unchanged filing is recognised without reading it."""
+    body = json.dumps(
+        [INGEST_FORMAT, content_sha256, chunking.model_dump() if chunking else "pages", record],
+        sort_keys=True,
+        default=str,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()[:20]
+
+
+class IngestFailure(BaseModel):
+    """A source that gave no filing, and why (encrypted, image-only, broken, bad metadata)."""
+
+    source: str  # the file's name or URI
+    reason: str
+    at: datetime
+
+
+class VersionEntry(BaseModel):
+    version: str
+    content_sha256: str
+    key: str  # where the filing is stored
+    ingested_at: datetime
+    chunks: int
+    tokens: int
+    pages: int = 0
+    empty_pages: int = 0
+
+
+class FilingEntry(BaseModel):
+    """A filing's versions, oldest first; ``latest`` is the one last ingested."""
+
+    id: str
+    meta: FilingMeta  # the latest version's
+    latest: str
+    versions: list[VersionEntry]
+
+
+class CorpusManifest(BaseModel):
+    filings: dict[str, FilingEntry] = {}
+    failures: dict[str, IngestFailure] = {}
+    written_at: datetime | None = None

@@ -1,0 +1,128 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from prism.ingest import Filing
+from tests.filings import edgar_html, encrypted, pdf
+from workers.corpus import Corpus, ingest_source, safe_name
+from workers.store import LocalStore, S3Store
+from workers.testing import s3_client
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path):
+    if request.param == "local":
+        return LocalStore(tmp_path / "corpus-store")
+    endpoint = request.getfixturevalue("s3_server")
+    return S3Store(request.getfixturevalue("bucket"), "team/prism", s3_client(endpoint))
+
+
+def filings_folder(root: Path) -> Path:
+    folder = root / "filings"
+    (folder / "2023").mkdir(parents=True)
+    (folder / "acme_2023_10K.PDF").write_bytes(
+        pdf(["ACME 10-K cover", None, "Revenue was $10 million."], image_pages=frozenset({1}))
+    )
+    (folder / "acme_2023_10K.meta.json").write_text(json.dumps({"company": "Acme", "period": "FY2023"}))
+    (folder / "2023" / "beta-10k.htm").write_bytes(edgar_html(company="BETA CORP"))
+    (folder / "2023" / "notes.txt").write_text("# Outlook\n\nWe expect growth.\n\n# Risks\n\nCompetition.")
+    (folder / "2023" / "metadata.jsonl").write_text(
+        json.dumps({"file": "notes.txt", "id": "Beta/notes: Q3 2023?", "company": "Beta", "form": "8-K"}) + "\n"
+    )
+    (folder / "locked.pdf").write_bytes(encrypted(pdf(["secret"]), "pw"))
+    (folder / "scan.pdf").write_bytes(pdf([None], image_pages=frozenset({0})))
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.7\nnot really")
+    (folder / "readme.md").write_text("not a filing")
+    return folder
+
+
+def test_ingest_a_folder_then_reingest_is_a_no_op_and_a_change_is_a_new_version(store, tmp_path):
+    folder = filings_folder(tmp_path)
+    corpus = Corpus(store)
+    first = ingest_source(folder, store)
+    assert (first.ingested, first.unchanged, first.new_versions, first.failed) == (3, 0, 0, 3)
+    assert (first.pages, first.empty_pages) == (3, 1)
+    assert sorted(first.filings) == ["Beta/notes: Q3 2023?", "acme_2023_10K", "beta-10k"]
+    reasons = {Path(f.split(": ")[0]).name: f for f in first.failures}
+    assert "encrypted with a password" in reasons["locked.pdf"] and "image-only" in reasons["scan.pdf"]
+    assert "not a readable PDF" in reasons["broken.pdf"]
+
+    manifest = corpus.manifest()
+    assert sorted(manifest.filings) == sorted(first.filings)
+    assert {Path(s).name for s in manifest.failures} == {"locked.pdf", "scan.pdf", "broken.pdf"}
+    acme = corpus.get_filing("acme_2023_10K")
+    assert acme.meta.company == "Acme" and acme.meta.fiscal_year == 2023 and acme.meta.form_type == "10-K"
+    assert acme.meta.guessed == ["form_type"] and acme.chunks[1].flags == ["empty"]
+    assert acme.chunks[2].id == "acme_2023_10K:p3" and "Revenue was $10 million." in acme.chunks[2].text
+    notes = corpus.get_filing("Beta/notes: Q3 2023?")
+    assert notes.meta.form_type == "8-K" and [c.heading for c in notes.chunks] == ["Outlook", "Risks"]
+    # An id with odd characters gets a safe key: a readable part and a hash.
+    assert Corpus.head_key(notes.id) == f"corpus/filings/{safe_name(notes.id)}/head.json"
+    assert safe_name(notes.id).startswith("Beta_notes_Q3_2023-") and "/" not in safe_name(notes.id)
+    beta = corpus.get_filing("beta-10k")
+    assert "ITEM 1A. RISK FACTORS" in {c.heading for c in beta.chunks} and beta.meta.company == "BETA CORP"
+
+    stored = {k: store.get(k) for k in store.keys("corpus/") if k != Corpus.manifest_key}
+    again = ingest_source(folder, store)
+    assert (again.ingested, again.unchanged, again.new_versions, again.failed) == (0, 3, 0, 3)
+    assert again.filings == first.filings and (again.pages, again.empty_pages) == (3, 1)
+    after = {k: store.get(k) for k in store.keys("corpus/") if k != Corpus.manifest_key}
+    assert after.keys() == stored.keys()
+    assert {k: v for k, v in after.items() if "/failures/" not in k} == {
+        k: v for k, v in stored.items() if "/failures/" not in k
+    }
+
+    (folder / "acme_2023_10K.PDF").write_bytes(pdf(["ACME 10-K cover", None, "Revenue was $12 million."]))
+    (folder / "broken.pdf").write_bytes(pdf(["Fixed now."]))
+    changed = ingest_source(folder, store)
+    assert (changed.ingested, changed.unchanged, changed.new_versions, changed.failed) == (1, 2, 1, 2)
+    head = corpus.head("acme_2023_10K")
+    assert head is not None and [v.version for v in head.versions] == [first.filings["acme_2023_10K"], head.latest]
+    assert "$12 million" in corpus.get_filing("acme_2023_10K").chunks[2].text
+    assert "$10 million" in corpus.get_filing("acme_2023_10K", first.filings["acme_2023_10K"]).chunks[2].text
+    manifest = corpus.manifest()
+    assert len(manifest.filings["acme_2023_10K"].versions) == 2 and "broken" in manifest.filings
+    assert {Path(s).name for s in manifest.failures} == {"locked.pdf", "scan.pdf"}  # the fixed file's is gone
+
+
+def test_two_files_that_would_share_an_id_fail_the_second(store, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "report.txt").write_text("first report")
+    (tmp_path / "b" / "report.txt").write_text("second report")
+    summary = ingest_source(tmp_path, store)
+    assert (summary.ingested, summary.failed) == (1, 1)
+    assert "filing id 'report' is taken by" in summary.failures[0] and "/b/report.txt" in summary.failures[0]
+    assert "first report" in Corpus(store).get_filing("report").chunks[0].text
+
+
+def test_ingest_from_a_store_prefix_and_rows_sharing_a_filing(store, tmp_path, s3_server, bucket):
+    source = S3Store(bucket, "incoming", s3_client(s3_server))
+    source.put("q3/gamma_2023Q3_10Q.pdf", pdf(["Gamma quarterly report", "Segment results"]))
+    same = ["page one text", "page two text"]
+    rows = [
+        {"id": "q1", "question": "What is on page one?", "candidates": same},
+        {"id": "q2", "question": "What is on page two?", "candidates": same},
+        {"id": "q3", "question": "Other?", "candidates": ["other filing"]},
+    ]
+    source.put("rows/questions.JSONL", "\n".join(json.dumps(r) for r in rows).encode() + b"\n{oops\n")
+    summary = ingest_source(source, store)
+    assert (summary.sources, summary.ingested, summary.failed) == (2, 3, 1)
+    assert summary.questions["q1"] == summary.questions["q2"] != summary.questions["q3"]
+    assert summary.failures[0].startswith(f"{source.uri}/rows/questions.JSONL line 4: ")
+    corpus = Corpus(store)
+    gamma = corpus.get_filing("gamma_2023Q3_10Q")
+    assert gamma.meta.source_uri == f"{source.uri}/q3/gamma_2023Q3_10Q.pdf"
+    assert (gamma.meta.company, gamma.meta.form_type, gamma.meta.fiscal_year, gamma.meta.fiscal_quarter) == (
+        "gamma",
+        "10-Q",
+        2023,
+        3,
+    )
+    shared = corpus.get_filing(summary.questions["q1"])
+    assert isinstance(shared, Filing) and [c.text for c in shared.chunks] == same
+    again = ingest_source(source, store)
+    assert (again.ingested, again.unchanged, again.failed) == (0, 3, 1)

@@ -1,0 +1,382 @@
+"""The corpus store: filings kept once per version, content-addressed, in any Store.
+
+corpus/filings/<filing>/<version>.json.gz   a Filing (gzip JSON), written once
+corpus/filings/<filing>/head.json           its versions, oldest first, and the latest (a FilingEntry)
+corpus/failures/<source>.json               a source that gave no filing, and why (an IngestFailure)
+corpus/manifest.json                        every filing's versions and every failure (a CorpusManifest)
+
+<filing> and <source> are safe_name()s: the id itself when it is short and plain, else a
+readable part and a hash of the whole.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, cast
+
+from pydantic import BaseModel
+
+from prism.ingest import (
+    Chunking,
+    CorpusManifest,
+    Filing,
+    FilingEntry,
+    IngestError,
+    IngestFailure,
+    VersionEntry,
+    filings_from_rows,
+    parse_filing,
+    parse_meta_json,
+    parse_meta_jsonl,
+    source_kind,
+    stem,
+)
+from prism.ingest.filings import FOLDER_META, filing_identity
+from prism.segmenting import TokenCounter
+from workers.store import Store, get_model, put_model
+
+PREFIX = "corpus"
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
+
+
+def safe_name(value: str) -> str:
+    """A store key part for any id: itself when short and plain, else a readable part plus a hash."""
+    if _PLAIN.match(value) and not value.endswith("."):
+        return value
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", value).strip("._-")[:48]
+    return f"{readable or 'x'}-{hashlib.sha256(value.encode()).hexdigest()[:12]}"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Corpus:
+    """Filings, their versions and the ingest failures, in one Store."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    @staticmethod
+    def filing_key(filing_id: str, version: str) -> str:
+        return f"{PREFIX}/filings/{safe_name(filing_id)}/{version}.json.gz"
+
+    @staticmethod
+    def head_key(filing_id: str) -> str:
+        return f"{PREFIX}/filings/{safe_name(filing_id)}/head.json"
+
+    @staticmethod
+    def failure_key(source: str) -> str:
+        return f"{PREFIX}/failures/{safe_name(source)}.json"
+
+    manifest_key = f"{PREFIX}/manifest.json"
+
+    def head(self, filing_id: str) -> FilingEntry | None:
+        try:
+            return get_model(self.store, self.head_key(filing_id), FilingEntry)
+        except KeyError:
+            return None
+
+    def put_filing(self, filing: Filing) -> Outcome:
+        """Store a filing version once: "unchanged" when it is already the latest (nothing
+        written), "new_version" when the filing had another latest, else "ingested"."""
+        head = self.head(filing.id)
+        key = self.filing_key(filing.id, filing.version)
+        if head and head.latest == filing.version and self.store.exists(key):
+            return "unchanged"
+        body = gzip.compress(filing.model_dump_json().encode(), compresslevel=6, mtime=0)
+        self.store.put(key, body, if_absent=True)
+        entry = VersionEntry(
+            version=filing.version,
+            content_sha256=filing.content_sha256,
+            key=key,
+            ingested_at=_utcnow(),
+            chunks=len(filing.chunks),
+            tokens=filing.tokens,
+            pages=filing.pages,
+            empty_pages=filing.empty_pages,
+        )
+        if head is None:
+            head = FilingEntry(id=filing.id, meta=filing.meta, latest=filing.version, versions=[entry])
+            outcome: Outcome = "ingested"
+        else:
+            # A filing changed back to an earlier version keeps its first record, now latest again.
+            versions = [v for v in head.versions if v.version != filing.version] + [
+                next((v for v in head.versions if v.version == filing.version), entry)
+            ]
+            head = head.model_copy(update={"meta": filing.meta, "latest": filing.version, "versions": versions})
+            outcome = "new_version"
+        put_model(self.store, self.head_key(filing.id), head)
+        return outcome
+
+    def get_filing(self, filing_id: str, version: str | None = None) -> Filing:
+        """A stored version (the latest by default); KeyError when there is none."""
+        if version is None:
+            head = self.head(filing_id)
+            if head is None:
+                raise KeyError(filing_id)
+            version = head.latest
+        return Filing.model_validate_json(gzip.decompress(self.store.get(self.filing_key(filing_id, version))))
+
+    def put_failure(self, source: str, reason: str) -> None:
+        put_model(self.store, self.failure_key(source), IngestFailure(source=source, reason=reason, at=_utcnow()))
+
+    def clear_failure(self, source: str) -> None:
+        if self.store.exists(self.failure_key(source)):
+            self.store.delete(self.failure_key(source))
+
+    def write_manifest(self) -> CorpusManifest:
+        """The manifest, from every filing's head and every failure (one writer: the producer,
+        after the ingest tasks are done)."""
+        manifest = CorpusManifest(written_at=_utcnow())
+        for key in self.store.keys(f"{PREFIX}/filings/"):
+            if key.endswith("/head.json"):
+                entry = get_model(self.store, key, FilingEntry)
+                manifest.filings[entry.id] = entry
+        for key in self.store.keys(f"{PREFIX}/failures/"):
+            failure = get_model(self.store, key, IngestFailure)
+            manifest.failures[failure.source] = failure
+        manifest.filings = dict(sorted(manifest.filings.items()))
+        manifest.failures = dict(sorted(manifest.failures.items()))
+        put_model(self.store, self.manifest_key, manifest)
+        return manifest
+
+    def manifest(self) -> CorpusManifest:
+        try:
+            return get_model(self.store, self.manifest_key, CorpusManifest)
+        except KeyError:
+            return CorpusManifest()
+
+    def stored_bytes(self) -> int:
+        return sum(len(self.store.get(k)) for k in self.store.keys(f"{PREFIX}/"))
+
+
+class IngestSummary(BaseModel):
+    sources: int = 0  # files read (a rows file counts once, however many filings it holds)
+    ingested: int = 0  # filings stored for the first time
+    unchanged: int = 0
+    new_versions: int = 0
+    failed: int = 0  # sources (or rows) that gave no filing; each has a stored failure
+    pages: int = 0  # over the filings seen (PDF pages and page rows)
+    empty_pages: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    filings: dict[str, str] = {}  # filing id -> its latest version
+    questions: dict[str, str] = {}  # query id of a benchmark row -> the filing it ranks over
+    failures: list[str] = []  # "source: reason"
+
+    def count(self, outcome: Outcome, entry: VersionEntry | None) -> None:
+        if outcome == "ingested":
+            self.ingested += 1
+        elif outcome == "unchanged":
+            self.unchanged += 1
+        elif outcome == "new_version":
+            self.new_versions += 1
+        if entry is not None:
+            self.pages += entry.pages
+            self.empty_pages += entry.empty_pages
+            self.chunks += entry.chunks
+            self.tokens += entry.tokens
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file to ingest: its name (a path or key), where it is read from, its metadata record."""
+
+    name: str
+    uri: str
+    read: Any  # () -> bytes
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    outcome: Outcome
+    filing_id: str | None = None
+    version: str | None = None
+    reason: str | None = None  # why it failed
+
+
+def ingest_one(
+    corpus: Corpus,
+    data: bytes,
+    source: str,
+    record: dict[str, Any] | None = None,
+    chunking: Chunking | None = None,
+    counter: TokenCounter | None = None,
+    taken: dict[str, str] | None = None,
+) -> IngestResult:
+    """One PDF, HTML or text file into the corpus (the unit of a fleet ingest task): parsed only
+    when its version is not already the latest. A source that gives no filing stores a failure.
+    ``taken`` (filing id -> source)
+    catches two sources of one batch that would get the same id."""
+    record = record or {}
+    try:
+        fid, version = filing_identity(data, source, record, chunking)
+        if taken is not None:
+            if taken.setdefault(fid, source) != source:
+                raise IngestError(source, f"filing id '{fid}' is taken by {taken[fid]}; give an id in its metadata")
+        head = corpus.head(fid)
+        if head and head.latest == version and corpus.store.exists(corpus.filing_key(fid, version)):
+            corpus.clear_failure(source)
+            return IngestResult("unchanged", fid, version)
+        filing = parse_filing(data, source, record, chunking=chunking, counter=counter)
+    except IngestError as err:
+        corpus.put_failure(source, err.reason)
+        return IngestResult("failed", reason=err.reason)
+    outcome = corpus.put_filing(filing)
+    corpus.clear_failure(source)
+    return IngestResult(outcome, filing.id, filing.version)
+
+
+def ingest_source(
+    source: str | Path | Sequence[str | Path] | Store,
+    store: Store,
+    chunking: Chunking | None = None,
+    meta: str | Path | None = None,
+    counter: TokenCounter | None = None,
+) -> IngestSummary:
+    """Every filing under a folder (or a file, a list of files, or every key of a Store) into the
+    corpus in ``store``, one filing at a time; the manifest is written at the end.
+
+    Files: .pdf .htm .html .txt, and .jsonl / .jsonl.gz benchmark rows (suffixes in any case).
+    Metadata: ``x.meta.json`` beside ``x.pdf``, else the folder's ``metadata.jsonl``, else the
+    ``meta`` JSONL given here (e.g. FinanceBench's document information), else guessed.
+    """
+    started = time.perf_counter()
+    chunking = chunking or Chunking()
+    counter = counter or TokenCounter(chunking.encoding)
+    corpus = Corpus(store)
+    summary = IngestSummary()
+    global_index: dict[str, dict[str, Any]] = {}
+    if meta is not None:
+        global_index, errors = parse_meta_jsonl(Path(meta).read_bytes(), str(meta))
+        for err in errors:
+            _fail(corpus, summary, err)
+    taken: dict[str, str] = {}
+    for item in _sources(source, global_index, corpus, summary):
+        summary.sources += 1
+        try:
+            data = item.read()
+        except (OSError, KeyError) as err:
+            _fail(corpus, summary, IngestError(item.uri, f"cannot be read ({err})"))
+            continue
+        if source_kind(item.name) == "rows":
+            _ingest_rows(corpus, summary, data, item.uri, global_index, counter)
+            continue
+        result = ingest_one(corpus, data, item.uri, item.record, chunking, counter, taken)
+        if result.filing_id is None:
+            summary.failed += 1
+            summary.failures.append(f"{item.uri}: {result.reason}")
+            continue
+        _count(corpus, summary, result.outcome, result.filing_id)
+    corpus.write_manifest()
+    summary.seconds = round(time.perf_counter() - started, 3)
+    return summary
+
+
+def _count(corpus: Corpus, summary: IngestSummary, outcome: Outcome, filing_id: str) -> None:
+    head = corpus.head(filing_id)
+    assert head is not None  # just stored or found unchanged
+    summary.count(outcome, next(v for v in head.versions if v.version == head.latest))
+    summary.filings[filing_id] = head.latest
+
+
+def _fail(corpus: Corpus, summary: IngestSummary, err: IngestError) -> None:
+    corpus.put_failure(err.source, err.reason)
+    summary.failed += 1
+    summary.failures.append(str(err))
+
+
+def _ingest_rows(
+    corpus: Corpus,
+    summary: IngestSummary,
+    data: bytes,
+    uri: str,
+    index: dict[str, dict[str, Any]],
+    counter: TokenCounter,
+) -> None:
+    import io
+
+    def latest(filing_id: str) -> str | None:
+        head = corpus.head(filing_id)
+        return head.latest if head and corpus.store.exists(corpus.filing_key(filing_id, head.latest)) else None
+
+    rows = filings_from_rows(io.BytesIO(data), uri, index, counter, latest)
+    for err in rows.errors:
+        _fail(corpus, summary, err)
+    for fid in rows.unchanged:
+        _count(corpus, summary, "unchanged", fid)
+    for filing in rows.filings:
+        _count(corpus, summary, corpus.put_filing(filing), filing.id)
+    summary.questions.update(rows.questions)
+
+
+def _sources(
+    source: str | Path | Sequence[str | Path] | Store,
+    index: dict[str, dict[str, Any]],
+    corpus: Corpus,
+    summary: IngestSummary,
+) -> Iterator[Source]:
+    """The filing files of a source in name order, each with its metadata record."""
+    if isinstance(source, str | Path | list | tuple):
+        paths = [Path(source)] if isinstance(source, str | Path) else [Path(p) for p in source]
+        files: dict[str, Path] = {}
+        for path in paths:
+            if path.is_dir():
+                files.update({p.resolve().as_posix(): p for p in sorted(path.rglob("*")) if p.is_file()})
+            else:
+                files[path.resolve().as_posix()] = path  # a missing file fails when it is read
+        names = sorted(files)
+
+        def reader(name: str):
+            return files[name].read_bytes
+
+        def uri_of(name: str) -> str:
+            return name
+    else:
+        store = cast(Store, source)
+        names = sorted(k for k in store.keys("") if not PurePosixPath(k).name.startswith("."))
+
+        def reader(name: str):
+            return lambda: store.get(name)
+
+        def uri_of(name: str) -> str:
+            return f"{store.uri.rstrip('/')}/{name}"
+
+    present = set(names)
+    folder_indexes: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in names:
+        if source_kind(name) is None:
+            continue
+        folder = str(PurePosixPath(name).parent)
+        record: dict[str, Any] | None = None
+        beside = f"{folder}/{stem(name)}.meta.json" if folder != "." else f"{stem(name)}.meta.json"
+        try:
+            if beside in present:
+                record = parse_meta_json(reader(beside)(), uri_of(beside))
+            else:
+                if folder not in folder_indexes:
+                    listing = f"{folder}/{FOLDER_META}" if folder != "." else FOLDER_META
+                    folder_indexes[folder] = {}
+                    if listing in present:
+                        folder_indexes[folder], errors = parse_meta_jsonl(reader(listing)(), uri_of(listing))
+                        for err in errors:
+                            _fail(corpus, summary, err)
+                base = PurePosixPath(name).name
+                record = folder_indexes[folder].get(base) or folder_indexes[folder].get(stem(name))
+                record = record or index.get(base) or index.get(stem(name))
+        except IngestError as err:
+            summary.sources += 1
+            _fail(corpus, summary, IngestError(uri_of(name), str(err)))
+            continue
+        yield Source(name=name, uri=uri_of(name), read=reader(name), record=dict(record or {}))
