@@ -151,6 +151,45 @@ def enqueue(
 
 
 @app.command()
+def ingest(
+    source: Annotated[str, typer.Argument(help="A filing, a folder of them, or an s3:// prefix ending in '/'.")],
+    corpus: Annotated[str, typer.Option("--corpus", help="The corpus: a folder or s3://bucket/prefix.")],
+    meta: Annotated[
+        str | None, typer.Option("--meta", help="A metadata JSONL (company, form type, period) for files without one.")
+    ] = None,
+    chunk_tokens: Annotated[
+        int, typer.Option("--chunk-tokens", min=16, help="Chunk size of HTML and text filings, in tokens.")
+    ] = 512,
+) -> None:
+    """Ingest filings (PDF, HTML, text, or benchmark rows) into a corpus, once per version: an
+    unchanged filing is a no-op, a changed one a new version. A filing that cannot be read is a
+    stored failure; the rest go on. Exits 1 when no filing could be ingested."""
+    from prism.ingest.models import Chunking
+    from workers.corpus import ingest_source
+
+    from pathlib import Path
+
+    settings = _settings()
+    if not source.startswith("s3://") and not Path(source).exists():
+        raise RunError(f"{source}: no such file or folder")
+    target = open_store(corpus, settings)
+    origin = open_store(source, settings) if source.startswith("s3://") else source
+    with console.status(f"ingesting {source} ..."):
+        summary = ingest_source(origin, target, Chunking(chunk_tokens=chunk_tokens), meta)
+    console.print(
+        f"{summary.sources} sources: {summary.ingested} filings ingested, {summary.new_versions} new versions, "
+        f"{summary.unchanged} unchanged, {summary.failed} failed; {summary.pages} pages ({summary.empty_pages} "
+        f"empty), {summary.chunks} chunks, {summary.tokens} tokens in {summary.seconds:.1f} s: {target.uri}"
+    )
+    for failure in summary.failures[:10]:
+        console.print(f"[yellow]not ingested:[/yellow] {failure}", highlight=False)
+    if not summary.sources:
+        raise RunError(f"{source}: no filings (.pdf, .htm, .html, .txt, .jsonl, .jsonl.gz) found")
+    if summary.failed and not (summary.ingested or summary.unchanged or summary.new_versions):
+        raise typer.Exit(1)
+
+
+@app.command()
 def resume(
     run_id: str,
     results: ResultsOpt = None,

@@ -5,15 +5,12 @@ corpus/filings/<filing>/head.json           its versions, oldest first, and the 
 corpus/failures/<source>.json               a source that gave no filing, and why (an IngestFailure)
 corpus/manifest.json                        every filing's versions and every failure (a CorpusManifest)
 
-<filing> and <source> are safe_name()s: the id itself when it is short and plain, else a
-readable part and a hash of the whole.
+<filing> and <source> are safe_name()s (workers/store.py): a readable part and a hash of the whole.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
-import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -40,19 +37,10 @@ from prism.ingest import (
 )
 from prism.ingest.filings import FOLDER_META, filing_identity
 from prism.segmenting import TokenCounter
-from workers.store import Store, get_model, put_model
+from workers.store import Store, get_model, put_model, safe_name
 
 PREFIX = "corpus"
-_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
-
-
-def safe_name(value: str) -> str:
-    """A store key part for any id: itself when short and plain, else a readable part plus a hash."""
-    if _PLAIN.match(value) and not value.endswith("."):
-        return value
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", value).strip("._-")[:48]
-    return f"{readable or 'x'}-{hashlib.sha256(value.encode()).hexdigest()[:12]}"
 
 
 def _utcnow() -> datetime:

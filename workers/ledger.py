@@ -16,8 +16,6 @@ once: a job delivered twice keeps its first outcome, and the second one's calls 
 
 from __future__ import annotations
 
-import hashlib
-import re
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -29,7 +27,7 @@ import structlog
 from prism.models import CallRecord, Failure, JobResult, Ranking, Spent, Task
 from workers import keys
 from workers.messages import Job
-from workers.store import Store, put_model
+from workers.store import Store, put_model, safe_name
 
 log = structlog.get_logger("prism")
 
@@ -40,15 +38,6 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"  # the run's budget stopped it: pending, not failed
     INVALID = "invalid"  # a bad input row: never became a job
     PENDING = "pending"
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def safe_name(text: str) -> str:
-    """A store key part for any id: a readable, shortened slug plus a hash of the whole id."""
-    slug = _UNSAFE.sub("_", text)[:48].strip("._-") or "id"
-    return f"{slug}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 class RunLayout:

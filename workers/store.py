@@ -11,7 +11,9 @@ cache/llm/<key>.json                             the durable LLM response cache
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,15 @@ from pydantic import BaseModel
 from workers.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: str) -> str:
+    """A store key part for any id: a readable, shortened slug plus a hash of the whole id."""
+    slug = _UNSAFE.sub("_", text)[:48].strip("._-") or "id"
+    return f"{slug}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 class Store(Protocol):

@@ -1,12 +1,15 @@
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from prism.ingest import Filing
 from tests.filings import edgar_html, encrypted, pdf
-from workers.corpus import Corpus, ingest_source, safe_name
-from workers.store import LocalStore, S3Store
+from workers.corpus import Corpus, ingest_source
+from workers.store import LocalStore, S3Store, safe_name
 from workers.testing import s3_client
 
 pytestmark = pytest.mark.integration
@@ -126,3 +129,22 @@ def test_ingest_from_a_store_prefix_and_rows_sharing_a_filing(store, tmp_path, s
     assert isinstance(shared, Filing) and [c.text for c in shared.chunks] == same
     again = ingest_source(source, store)
     assert (again.ingested, again.unchanged, again.failed) == (0, 3, 1)
+
+
+def test_prism_ingest_stores_each_filing_once_and_names_what_it_could_not_read(tmp_path):
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    (folder / "acme_2023_10k.pdf").write_bytes(pdf(["Revenue was $12 million in 2023.", None, "Net income rose."]))
+    (folder / "acme_2023_10k.meta.json").write_text(json.dumps({"company": "Acme", "form_type": "10-K"}))
+    (folder / "acme_q3.HTML").write_bytes(edgar_html())
+    (folder / "locked.pdf").write_bytes(encrypted(pdf(["secret"]), "pw"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRISM_")}
+    cmd = [str(Path(sys.executable).parent / "prism"), "ingest", str(folder), "--corpus", str(tmp_path / "corpus")]
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "3 sources: 2 filings ingested" in first.stderr and "1 failed" in first.stderr
+    assert "locked.pdf" in first.stderr and "Traceback" not in first.stderr
+    manifest = json.loads((tmp_path / "corpus" / "corpus" / "manifest.json").read_text())
+    assert len(manifest["filings"]) == 2 and len(manifest["failures"]) == 1
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert "0 filings ingested, 0 new versions, 2 unchanged" in again.stderr

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from prism import registry
-from workers.ledger import Outcome, RunLayout, safe_name
+from workers.ledger import Outcome, RunLayout
 from workers.settings import Settings
+from workers.store import safe_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PRISM = str(Path(sys.executable).parent / "prism")
