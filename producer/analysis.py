@@ -77,7 +77,7 @@ def compare(runs: dict[str, tuple[RunManifest, dict]]) -> dict:
     groups: dict[str, list[str]] = defaultdict(list)
     for run_id, (manifest, _) in runs.items():
         groups[label(manifest)].append(run_id)
-    table = {}
+    table: dict[str, dict] = {}
     for name, ids in groups.items():
         table[name] = {"runs": ids}
         for scope in (*TASKS, "all"):
@@ -219,11 +219,11 @@ def plots(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) ->
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     if comparison:
-        rows = [
+        picked = [
             (name, row["all"] if "all" in row else next((row[t] for t in TASKS if t in row), None))
             for name, row in comparison["configurations"].items()
         ]
-        rows = [(n, st) for n, st in rows if st]
+        rows: list[tuple[str, dict]] = [(n, st) for n, st in picked if st]
         ax.bar(
             range(len(rows)),
             [st["mean"] for _, st in rows],

@@ -164,10 +164,10 @@ def ingest(
     """Ingest filings (PDF, HTML, text, or benchmark rows) into a corpus, once per version: an
     unchanged filing is a no-op, a changed one a new version. A filing that cannot be read is a
     stored failure; the rest go on. Exits 1 when no filing could be ingested."""
+    from pathlib import Path
+
     from prism.ingest.models import Chunking
     from workers.corpus import ingest_source
-
-    from pathlib import Path
 
     settings = _settings()
     if not source.startswith("s3://") and not Path(source).exists():
@@ -532,10 +532,10 @@ def main() -> None:
         _fail("aborted", 130)
     except typer.TyperException as err:  # a bad flag or argument: typer's own message
         show = getattr(err, "show", None)
-        if show is None:
-            _fail(str(err), 2)
-        show()
-        raise SystemExit(getattr(err, "exit_code", 2)) from None
+        if callable(show):
+            show()
+            raise SystemExit(getattr(err, "exit_code", 2)) from None
+        _fail(str(err), 2)
     except KeyboardInterrupt:
         _fail("interrupted; `prism resume RUN_ID` goes on where the run stopped", 130)
     except Exception as err:  # noqa: BLE001 - no traceback reaches a user unless asked for

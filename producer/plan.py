@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -101,7 +102,7 @@ def _rows(files: list[str], settings: Settings) -> Iterator[tuple[str, Query | R
     """Every file's items; a file that cannot be read ends its own items, not the run."""
     for uri in files:
         try:
-            for item in read_input(uri, lambda uri=uri: open_input(uri, settings)):
+            for item in read_input(uri, partial(open_input, uri, settings)):
                 yield uri, item
         except InputFileError as err:
             yield uri, err

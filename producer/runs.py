@@ -25,6 +25,7 @@ from prism.pricing import PriceTable
 from producer import report
 from producer.plan import Plan, RunSpec, plan_run
 from producer.state import RunState, cost_report
+from workers import keys
 from workers import runtime as runtimes
 from workers.app import make_app
 from workers.budget import RunBudget
@@ -142,7 +143,7 @@ class Runs:
 
     def _plan(self, spec: RunSpec, store: Store, spent: Callable[[], bool]) -> Plan:
         progress = self.runtime.progress
-        base = progress.count(spec.run_id) if progress is not None else 0
+        base = progress.count(keys.progress(store.uri, spec.run_id)) if progress is not None else 0
         with self.console.status("planning...") as status:
             plan = plan_run(
                 spec,
@@ -183,7 +184,8 @@ class Runs:
         were lost (a broker restart, a chord that cannot finish): enqueue them again,
         ``max_requeues`` times at most, then record them as failed. Outcomes are write-once,
         so a job that was only slow is not stored twice."""
-        s, run_id, progress = self.settings, state.layout.run_id, self.runtime.progress
+        s, progress = self.settings, self.runtime.progress
+        run = keys.progress(state.store.uri, state.layout.run_id)
         deadline = time.monotonic() + timeout if timeout else None
         expected = plan.queries - plan.not_enqueued
 
@@ -191,7 +193,7 @@ class Runs:
             if progress is None:
                 return lambda: state.poll().finished
             base, offset = plan.progress_base, plan.already_done + plan.reused
-            return lambda: offset + progress.count(run_id) - base
+            return lambda: offset + progress.count(run) - base
 
         finished_now, requeues = counted(), 0
         last_finished, last_change, last_read = -1, time.monotonic(), 0.0
@@ -271,16 +273,16 @@ class Runs:
             )
             key = layout.outcome(Outcome.FAILED, p["task"], p["query_id"])
             if put_model(state.store, key, failure, if_absent=True) and self.runtime.progress is not None:
-                self.runtime.progress.add(layout.run_id, progress_name(p["task"], p["query_id"]))
+                run = keys.progress(state.store.uri, layout.run_id)
+                self.runtime.progress.add(run, progress_name(p["task"], p["query_id"]))
 
     # -- finalize ----------------------------------------------------------------------------
 
     def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
         """The run's status and counts from what is stored, then every report file."""
         state.poll()
-        outcomes = {(r.task, r.query_id) for r in state.results.values()}
         failed = state.job_failures
-        outcomes |= {(f.task, f.query_id) for f in failed}
+        outcomes = {(r.task, r.query_id) for r in state.results.values()} | {(f.task, f.query_id) for f in failed}
         pending = [p for p in _plan_rows(state.store, state.layout) if (p["task"], p["query_id"]) not in outcomes]
         counts = manifest.counts | {
             "done": len(state.results),

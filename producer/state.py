@@ -20,7 +20,7 @@ class RunState:
 
     def __init__(self, store: Store, run_id: str):
         self.store, self.layout = store, RunLayout(run_id)
-        self.results: dict[str, JobResult] = {}
+        self.results: dict[str, JobResult] = {}  # by store key
         self.failures: dict[str, Failure] = {}  # input errors, failed jobs and budget skips
         self.spent: dict[str, Spent] = {}
 
@@ -68,7 +68,12 @@ class RunState:
 
     def calls(self) -> Iterable[tuple[str, Task, CallRecord]]:
         """Every paid call of the run, once: in results, failures, skips and duplicate runs."""
-        holders = [*self.results.values(), *self.spent.values(), *self.job_failures, *self.skipped]
+        holders: list[JobResult | Spent | Failure] = [
+            *self.results.values(),
+            *self.spent.values(),
+            *self.job_failures,
+            *self.skipped,
+        ]
         for h in holders:
             for c in h.calls:
                 yield h.query_id or "", h.task or "documents", c
@@ -108,7 +113,10 @@ class CostSummary(BaseModel):
 def cost_report(state: RunState) -> dict:
     """Per run, per task type, per stage, per model and per job; the totals are the sums of the
     per-call records in the result and failure files."""
-    total, by_task, by_stage, by_model = CostSummary(), {}, {}, {}
+    total = CostSummary()
+    by_task: dict[str, CostSummary] = {}
+    by_stage: dict[str, CostSummary] = {}
+    by_model: dict[str, CostSummary] = {}
     by_job: dict[tuple[Task, str], CostSummary] = {}
     for query_id, task, call in state.calls():
         for summary in (
@@ -160,7 +168,7 @@ def run_metrics(state: RunState, k: int = 5) -> dict[str, dict[str, float]]:
         return {}
     rankings = {(r.task, r.query_id): r.ranking.indices for r in state.results.values()}
     tasks = {q: t for t, q in rankings}
-    tasks |= {f.query_id: f.task for f in state.job_failures if f.query_id}
+    tasks |= {f.query_id: f.task for f in state.job_failures if f.query_id and f.task}
     out = {}
     for task in ("documents", "chunks"):
         judged = {q: rel for q, rel in qrels.items() if tasks.get(q) == task}

@@ -28,7 +28,7 @@ from prism import icl
 from prism.llm import BudgetExhausted, RateLimited, recording, spending
 from prism.models import CallRecord
 from workers import runtime
-from workers.messages import Job
+from workers.messages import AggregateJob, Job, SegmentJob
 
 log = structlog.get_logger("prism")
 # Storage and broker hiccups: worth another try later, not a failure of the job.
@@ -50,7 +50,8 @@ class JobTask(Task):
 
     def __call__(self, *args: Any) -> Any:
         parsed = self.message.model_validate(args[-1])
-        job: Job = getattr(parsed, "job", parsed)
+        job = parsed.job if isinstance(parsed, (SegmentJob, AggregateJob)) else parsed
+        assert isinstance(job, Job)
         self._bind(job, parsed)
         rt = self.runtime
         with recording() as calls:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 DAY = 24 * 3600
 
 # Fleet metrics: one hash of counters for every process and host (read by `prism exporter`).
@@ -39,5 +41,7 @@ def budget_exhausted(run_id: str) -> str:
 PROGRESS_TTL_S = 30 * DAY
 
 
-def progress(run_id: str) -> str:
-    return f"prism:run:{run_id}:finished"
+def progress(store_uri: str, run_id: str) -> str:
+    """Per results store too: two stores may each hold a run of the same id."""
+    store = hashlib.sha256(store_uri.encode()).hexdigest()[:12]
+    return f"prism:run:{store}:{run_id}:finished"

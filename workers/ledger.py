@@ -79,31 +79,31 @@ _FOLDERS = {Outcome.DONE: "results", Outcome.FAILED: "failures", Outcome.SKIPPED
 
 class Progress(Protocol):
     """Which jobs of a run have an outcome, kept beside the store so that watching a run does
-    not list the store on every tick."""
+    not list the store on every tick. ``run`` is :func:`workers.keys.progress` of the run."""
 
-    def add(self, run_id: str, name: str) -> None: ...
+    def add(self, run: str, name: str) -> None: ...
 
-    def discard(self, run_id: str, names: list[str]) -> None: ...
+    def discard(self, run: str, names: list[str]) -> None: ...
 
-    def count(self, run_id: str) -> int: ...
+    def count(self, run: str) -> int: ...
 
 
 class RedisProgress:
     def __init__(self, client: redis.Redis):
         self.client = client
 
-    def add(self, run_id: str, name: str) -> None:
+    def add(self, run: str, name: str) -> None:
         pipe = self.client.pipeline()
-        pipe.sadd(keys.progress(run_id), name)
-        pipe.expire(keys.progress(run_id), keys.PROGRESS_TTL_S)
+        pipe.sadd(run, name)
+        pipe.expire(run, keys.PROGRESS_TTL_S)
         pipe.execute()
 
-    def discard(self, run_id: str, names: list[str]) -> None:
+    def discard(self, run: str, names: list[str]) -> None:
         if names:
-            self.client.srem(keys.progress(run_id), *names)
+            self.client.srem(run, *names)
 
-    def count(self, run_id: str) -> int:
-        return int(self.client.scard(keys.progress(run_id)))
+    def count(self, run: str) -> int:
+        return int(self.client.scard(run))
 
 
 class MemoryProgress:
@@ -112,14 +112,14 @@ class MemoryProgress:
     def __init__(self) -> None:
         self.finished: dict[str, set[str]] = {}
 
-    def add(self, run_id: str, name: str) -> None:
-        self.finished.setdefault(run_id, set()).add(name)
+    def add(self, run: str, name: str) -> None:
+        self.finished.setdefault(run, set()).add(name)
 
-    def discard(self, run_id: str, names: list[str]) -> None:
-        self.finished.get(run_id, set()).difference_update(names)
+    def discard(self, run: str, names: list[str]) -> None:
+        self.finished.get(run, set()).difference_update(names)
 
-    def count(self, run_id: str) -> int:
-        return len(self.finished.get(run_id, ()))
+    def count(self, run: str) -> int:
+        return len(self.finished.get(run, ()))
 
 
 def progress_name(task: Task, query_id: str) -> str:
@@ -202,7 +202,7 @@ class Ledger:
             task, name = key.split("/")[-2:]
             names.append(f"{task}/{name.removesuffix('.json')}")
         if self.progress is not None:
-            self.progress.discard(run_id, names)
+            self.progress.discard(keys.progress(self.store.uri, run_id), names)
         return len(names)
 
     def _spent(self, job: Job, calls: list[CallRecord], reason: str) -> None:
@@ -215,7 +215,7 @@ class Ledger:
     def _finished(self, job: Job, outcome: Outcome, calls: list[CallRecord]) -> None:
         if self.progress is not None:
             try:
-                self.progress.add(job.run_id, progress_name(job.task, job.query_id))
+                self.progress.add(keys.progress(self.store.uri, job.run_id), progress_name(job.task, job.query_id))
             except redis.RedisError as err:  # the watcher falls back to listing the store
                 log.warning("progress not counted", error=str(err))
         self.on_outcome(job, outcome.value, calls)

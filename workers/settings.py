@@ -8,7 +8,7 @@ import os
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator
@@ -229,7 +229,7 @@ def load_settings(**overrides) -> Settings:
         raise SettingsProblem(f"{name}: not valid JSON{cause}") from None
 
 
-def _describe(error: dict) -> str:
+def _describe(error: Any) -> str:
     loc = [str(p) for p in error["loc"]]
     name = "PRISM_" + loc[0].upper() if loc else "settings"
     where = "".join(f"[{p}]" for p in loc[1:])
