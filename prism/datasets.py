@@ -79,11 +79,11 @@ class InputFileError(Exception):
     def __init__(self, source: str, last_good_line: int, reason: str):
         self.source, self.last_good_line, self.reason = source, last_good_line, " ".join(reason.split())
         read = (
-            f"lines 1 to {last_good_line} were read; nothing after line {last_good_line} is."
+            f"Lines 1 to {last_good_line} were read; nothing after line {last_good_line} is."
             if last_good_line
-            else "no line of it was read."
+            else "No line of it was read."
         )
-        super().__init__(f"Input file {source!r} cannot be read: {self.reason}. Of this file {read}")
+        super().__init__(f"Input file {source!r} cannot be read: {self.reason}. {read}")
 
 
 Item = Query | RowError | RowWarning

@@ -409,10 +409,12 @@ def prior_eval(
 
 
 def _read(uri: str, settings: Settings):
-    from prism.datasets import Query, read_queries
+    """The valid queries of a file (training rows for the prior or the examples)."""
+    from functools import partial
 
-    with open_input(uri, settings) as stream:
-        return [q for q in read_queries(stream) if isinstance(q, Query)]
+    from prism.datasets import Query, read_input
+
+    return [q for q in read_input(uri, partial(open_input, uri, settings)) if isinstance(q, Query)]
 
 
 def _settings(flags: dict | None = None) -> Settings:
@@ -514,13 +516,13 @@ def main() -> None:
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
     from redis import RedisError
 
-    from prism.datasets import RowError
+    from prism.datasets import InputFileError, RowError
     from prism.icl import ExampleStoreError
     from prism.prior import PriorModelError
 
     try:
         code = app(standalone_mode=False)  # returns the exit status of typer.Exit and --help
-    except (SettingsProblem, RunError, ExampleStoreError, PriorModelError, RowError) as err:
+    except (SettingsProblem, RunError, ExampleStoreError, PriorModelError, RowError, InputFileError) as err:
         _fail(str(err), 2)
     except NoCredentialsError:
         _fail("no AWS credentials for the S3 store: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile)", 2)

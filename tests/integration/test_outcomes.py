@@ -6,6 +6,10 @@ aggregation, which records the query as failed with the reason."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,3 +72,48 @@ def test_a_run_whose_planning_fails_is_recorded_failed(tmp_path):
     done = prism_cli(["run", "--results", str(tmp_path / "results"), "--run-id", "bad-prior"], env, tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("fault", ["400", "malformed"])
+def test_llm_faults_end_in_one_outcome_per_query(fault, tmp_path, fresh_simulator):
+    """A provider that refuses every request: each query fails with the provider's reason. One
+    whose replies never parse: each query is ranked by the fallback, flagged."""
+    fresh_simulator.config.fault_rates = {fault: 1.0}
+    env = fleet_env(None, None, fresh_simulator.url, PRISM_CHUNK_RANKER="llm", PRISM_CACHE="false")
+    results = tmp_path / "results"
+    done = prism_cli(["run", "--results", str(results), "--run-id", "llm-faults"], env, tmp_path, timeout=180)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    base = results / "runs" / "llm-faults"
+    manifest = json.loads((base / "manifest.json").read_text())
+    outcomes = [
+        json.loads(p.read_text()) for folder in ("results", "failures") for p in (base / folder).rglob("*.json")
+    ]
+    assert len({(o["task"], o["query_id"]) for o in outcomes}) == len(outcomes) == SAMPLE
+    if fault == "400":
+        assert manifest["status"] == "failed" and done.returncode == 1
+        assert all("HTTP 400" in o["error"] and o["calls"] for o in outcomes), outcomes[0]
+    else:
+        assert manifest["status"] == "complete" and done.returncode == 0
+        assert all("fallback" in o["ranking"]["flags"] for o in outcomes)
+
+
+def test_a_killed_producer_leaves_a_run_the_next_status_calls_interrupted(tmp_path, fresh_simulator):
+    fresh_simulator.config.latency_s = 2.0
+    env = fleet_env(None, None, fresh_simulator.url, PRISM_CHUNK_RANKER="llm", PRISM_CACHE="false")
+    results = tmp_path / "results"
+    cmd = [str(Path(sys.executable).parent / "prism"), "run", "--results", str(results), "--run-id", "killed"]
+    producer = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    manifest_path = results / "runs" / "killed" / "manifest.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if manifest_path.exists() and json.loads(manifest_path.read_text())["status"] == "running":
+            break
+        time.sleep(0.2)
+    producer.send_signal(signal.SIGKILL)
+    producer.wait(10)
+    assert json.loads(manifest_path.read_text())["status"] == "running"
+    status = prism_cli(["status", "killed", "--results", str(results)], env, tmp_path, timeout=60)
+    assert status.returncode == 0 and "interrupted" in status.stdout, status.stdout + status.stderr
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["status"] == "interrupted" and manifest["counts"]["pending"] > 0
+    assert (results / "runs" / "killed" / "report.md").exists()

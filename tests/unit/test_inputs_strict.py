@@ -258,7 +258,7 @@ def test_a_missing_file_or_a_folder_is_one_error_naming_it(tmp_path):
     assert items == [] and error.last_good_line == 0 and error.source == str(tmp_path / "nope.jsonl")
     assert str(error) == (
         f"Input file '{tmp_path / 'nope.jsonl'}' cannot be read: No such file or directory. "
-        "Of this file no line of it was read."
+        "No line of it was read."
     )
     _, error = read_until_error(tmp_path)
     assert error.reason == "Is a directory"
@@ -272,7 +272,7 @@ def test_a_truncated_gzip_keeps_the_lines_before_the_cut(tmp_path):
     assert "the gzip archive is truncated" in error.reason
     assert len(items) == error.last_good_line > 1000  # every complete line before the cut, nothing after
     assert [i.id for i in items] == [f"q{i}" for i in range(len(items))]  # type: ignore[union-attr]
-    assert f"lines 1 to {error.last_good_line} were read; nothing after line {error.last_good_line} is." in str(error)
+    assert f"Lines 1 to {error.last_good_line} were read; nothing after line {error.last_good_line} is." in str(error)
 
 
 def test_a_corrupt_gzip_is_one_error_naming_the_file(tmp_path):
