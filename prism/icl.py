@@ -32,8 +32,9 @@ class ExampleStoreError(ValueError):
 
 def gold_ranking(query: Query, limit: int = 10) -> list[int]:
     """The candidates in grade order (best first); for chunks only the relevant ones."""
-    order = sorted(query.qrel, key=lambda i: (-query.qrel[i], i))
-    return order if query.task == "documents" else [i for i in order if query.qrel[i] > 0][:limit]
+    qrel = query.qrel or {}
+    order = sorted(qrel, key=lambda i: (-qrel[i], i))
+    return order if query.task == "documents" else [i for i in order if qrel[i] > 0][:limit]
 
 
 @dataclass
@@ -68,7 +69,8 @@ class ExampleStore:
             same = e["id"] == query_id or e["question"].strip() == question.strip()
             return not same and (task is None or e["task"] == task)
 
-        found, want = [], k + 8
+        found: list[dict] = []
+        want = k + 8
         while len(found) < k and want < 2 * self.index.ntotal + 16:
             _, ids = self.index.search(
                 np.asarray(vector, dtype=np.float32).reshape(1, -1), min(want, self.index.ntotal)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
+from typing import Any
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -39,7 +40,7 @@ class PriorModelError(ValueError):
 
 
 def _vectorizer(name: str) -> TfidfVectorizer:
-    params = dict(FEATURES[name])
+    params: dict[str, Any] = dict(FEATURES[name])
     params["ngram_range"] = tuple(params["ngram_range"])
     return TfidfVectorizer(**params)
 
@@ -106,7 +107,9 @@ class DocPrior:
         if len(queries) < 50:
             raise PriorModelError(f"{len(queries)} document rows with qrels: too few to fit a prior")
         texts = np.array([q.question for q in queries], dtype=object)
-        grades = np.array([[q.qrel.get(i, 0) for i in range(len(FILING_TYPES))] for q in queries], dtype=float)
+        grades = np.array(
+            [[(q.qrel or {}).get(i, 0) for i in range(len(FILING_TYPES))] for q in queries], dtype=np.float64
+        )
         splits = list(KFold(folds, shuffle=True, random_state=seed).split(texts))
         best = None
         for features, alpha in GRID:
@@ -114,13 +117,14 @@ class DocPrior:
             for train, test in splits:
                 model = cls._fit_arrays(texts[train], grades[train], features, alpha)
                 oof[test] = model.predict(list(texts[test]))
-            score = float(np.mean([ndcg_at(_order(oof[i]), q.qrel) for i, q in enumerate(queries)]))
+            score = float(np.mean([ndcg_at(_order(oof[i]), q.qrel or {}) for i, q in enumerate(queries)]))
             log(f"cv ndcg@5 {score:.4f}: features {'+'.join(features)}, alpha {alpha}")
             if best is None or score > best[0]:
                 best = (score, features, alpha, oof)
+        assert best is not None  # GRID is not empty
         score, features, alpha, oof = best
         margins = margin(oof)
-        quality = np.array([ndcg_at(_order(oof[i]), q.qrel) for i, q in enumerate(queries)])
+        quality = np.array([ndcg_at(_order(oof[i]), q.qrel or {}) for i, q in enumerate(queries)])
         iso = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(margins, quality)
         model = cls._fit_arrays(texts, grades, features, alpha)
         model.calibration = (iso.X_thresholds_.astype(float), iso.y_thresholds_.astype(float))
@@ -169,7 +173,7 @@ class DocPrior:
             arrays[f"{name}_terms"] = np.array(terms, dtype=str)
             arrays[f"{name}_idf"] = vec.idf_
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, **arrays)
+        np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]  # numpy stubs take only arrays by keyword
         data = buffer.getvalue()
         meta = {k: v for k, v in self.meta.items() if k != "sha256"}
         meta["sha256"] = _checksum(data, meta)
@@ -217,7 +221,7 @@ def _order(predicted: np.ndarray) -> list[int]:
 
 
 def _training_hash(queries: Sequence[Query]) -> str:
-    rows = sorted(json.dumps([q.id, q.question, sorted(q.qrel.items())], ensure_ascii=False) for q in queries)
+    rows = sorted(json.dumps([q.id, q.question, sorted((q.qrel or {}).items())], ensure_ascii=False) for q in queries)
     return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 

@@ -22,15 +22,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from importlib.resources import files
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from prism.datasets import MARKERS
 from prism.llm import Gateway
-from prism.models import FILING_TYPES, Ranking, Stage
+from prism.models import FILING_TYPES, Flag, Ranking, Stage, Task
 from prism.prompts import filing_types
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @cache
@@ -70,7 +73,7 @@ class Keep(BaseModel):
     keep: list[int]
 
 
-SHAPES = {
+SHAPES: dict[type[BaseModel], str] = {
     Scores: 'scores-json {"scores": [{"index": 0, "score": 7, "reasoning": "..."}]}',
     Weights: 'weights-json {"weights": {"DEF14A": 0.1, "10-K": 0.4, "10-Q": 0.2, "8-K": 0.1, "Earnings": 0.2}}',
     Keep: 'keep-json {"keep": [0, 3, 4]}',
@@ -81,7 +84,7 @@ def shape_line(shape: type[BaseModel]) -> str:
     return f"\nReply with one JSON object and nothing else.\nReply format: {SHAPES[shape]}"
 
 
-def parse_json(reply: str, shape: type[BaseModel]) -> BaseModel:
+def parse_json(reply: str, shape: type[M]) -> M:
     """The JSON object in the reply, validated; raises ValueError naming what is wrong."""
     match = re.search(r"\{.*\}", reply or "", re.S)
     if not match:
@@ -101,7 +104,7 @@ class Agent:
     model: str
     max_output_tokens: int | None = None
 
-    def ask(self, system: str, user: str, shape: type[BaseModel], notes: list[str]) -> BaseModel | None:
+    def ask(self, system: str, user: str, shape: type[M], notes: list[str]) -> M | None:
         messages = [{"role": "system", "content": system + shape_line(shape)}, {"role": "user", "content": user}]
         reply = self._send(messages)
         try:
@@ -127,7 +130,7 @@ class Agent:
         ).text
 
 
-def in_parallel(calls: Sequence[Callable[[], object]]) -> list:
+def in_parallel(calls: Sequence[Callable[[], Any]]) -> list:
     """Run the calls at once, each in a copy of this context (so its LLM calls are recorded
     and charged here)."""
     if len(calls) == 1:
@@ -137,7 +140,7 @@ def in_parallel(calls: Sequence[Callable[[], object]]) -> list:
         return [f.result() for f in futures]
 
 
-def listing(task: str, question: str, candidates: Sequence[str]) -> str:
+def listing(task: Task, question: str, candidates: Sequence[str]) -> str:
     marker = MARKERS[task]
     body = "\n\n".join(marker.format(i) + text for i, text in enumerate(candidates))
     heading = "Filing types" if task == "documents" else "Text chunks"
@@ -180,11 +183,11 @@ class DocumentAgents:
         types, _ = filing_types()
         experts = [text["expert"].format(type=t.name, about=t.about) for t in types]
         replies = in_parallel(
-            [lambda: self.agent.ask(text["analyzer"], user, Weights, notes)]
-            + [lambda system=system: self.agent.ask(system, user, Scores, notes) for system in experts]
+            [partial(self.agent.ask, text["analyzer"], user, Weights, notes)]
+            + [partial(self.agent.ask, system, user, Scores, notes) for system in experts]
         )
         weights, expert_scores = replies[0], replies[1:]
-        flags = []
+        flags: list[Flag] = []
         if weights is None:
             weights, flags = Weights(weights={t: 0.2 for t in FILING_TYPES}), ["repaired"]
             notes.append("no usable weights from the analyzer; equal weights used")
@@ -206,7 +209,7 @@ class DocumentAgents:
 # -- chunks ---------------------------------------------------------------------------------
 
 A2_WEIGHTS = {"relevance": 0.35, "context": 0.35, "evidence": 0.2, "diversity": -0.15}
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "a1": {
         "filters": (),
         "weights": dict.fromkeys(("ceo", "financial_analyst", "operations_manager", "risk_analyst"), 0.25),
@@ -227,14 +230,16 @@ class ChunkAgents:
         self.name = variant
 
     def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking:
-        spec, text, notes, flags = VARIANTS[self.variant], roles()["chunks"], [], []
+        spec, text = VARIANTS[self.variant], roles()["chunks"]
+        notes: list[str] = []
+        flags: list[Flag] = []
         alive = list(range(len(candidates)))
         for name in spec["filters"]:
             alive = self._filter(name, question, candidates, alive, notes, flags)
         shown = [candidates[i] for i in alive]
         user = listing("chunks", question, shown)
         systems = {role: f"{text['common']} {text['roles'][role]}" for role in spec["weights"]}
-        replies = in_parallel([lambda s=s: self.agent.ask(s, user, Scores, notes) for s in systems.values()])
+        replies = in_parallel([partial(self.agent.ask, s, user, Scores, notes) for s in systems.values()])
         total, used = [0.0] * len(shown), 0.0
         for (_role, weight), reply in zip(spec["weights"].items(), replies):
             scores = scores_of(reply, len(shown), notes)

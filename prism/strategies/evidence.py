@@ -34,14 +34,10 @@ class Answer(BaseModel):
     answer: str
 
 
-SHAPES.update(
-    {
-        SubQuestions: 'subquestions-json {"sub_questions": ["..."]}',
-        Selected: 'select-json {"selected": [2, 5]}',
-        Added: 'add-json {"add": []}',
-        Answer: 'answer-json {"answer": "..."}',
-    }
-)
+SHAPES[SubQuestions] = 'subquestions-json {"sub_questions": ["..."]}'
+SHAPES[Selected] = 'select-json {"selected": [2, 5]}'
+SHAPES[Added] = 'add-json {"add": []}'
+SHAPES[Answer] = 'answer-json {"answer": "..."}'
 
 
 @dataclass(frozen=True)
