@@ -28,9 +28,10 @@ from importlib.resources import files
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from prism.datasets import MARKERS
-from prism.llm import Gateway
+from prism.llm import ContextTooLong, Gateway
 from prism.models import FILING_TYPES, Ranking, Stage
 from prism.prompts import filing_types
+from prism.rankers import quoted_reply
 
 
 @cache
@@ -109,7 +110,7 @@ class Agent:
         except ValueError as first:
             retry = [
                 *messages,
-                {"role": "assistant", "content": reply},
+                quoted_reply(self.gateway, reply),
                 {
                     "role": "user",
                     "content": f"That reply was not usable ({first}). Reply again with only the JSON object, in the shape asked for.",
@@ -117,6 +118,9 @@ class Agent:
             ]
             try:
                 return parse_json(self._send(retry), shape)
+            except ContextTooLong:
+                notes.append(f"an agent's reply was unusable ({first}) and the retry over the model context; left out")
+                return None
             except ValueError as second:
                 notes.append(f"an agent's reply was unusable twice ({second}); left out")
                 return None
