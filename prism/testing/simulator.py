@@ -388,7 +388,15 @@ class Simulator:
         with self._lock:
             self.stats[outcome] += 1
             self.requests.append(
-                {"model": body.get("model"), "outcome": outcome, "at": time.time(), "system": system, "user": user}
+                {
+                    "model": body.get("model"),
+                    "outcome": outcome,
+                    "at": time.time(),
+                    "system": system,
+                    "user": user,
+                    "caps": {k: body[k] for k in ("max_completion_tokens", "max_tokens") if k in body},
+                    "assistant": next((m.get("content") for m in messages if m.get("role") == "assistant"), None),
+                }
             )
 
 
