@@ -382,10 +382,15 @@ def is_retryable(err: BaseException) -> bool:
     return isinstance(err, openai.APIStatusError) and err.status_code in (408, 409)
 
 
+_OVERFLOW_CODES = ("context_length_exceeded", "exceed_context_size_error")  # OpenAI, vLLM; llama.cpp's server
+_OVERFLOW_WORDS = ("maximum context length", "context window", "context size")
+
+
 def is_context_overflow(err: BaseException) -> bool:
-    return isinstance(err, openai.BadRequestError) and (
-        err.code == "context_length_exceeded" or "maximum context length" in str(err.message).lower()
-    )
+    if not isinstance(err, openai.BadRequestError):
+        return False
+    message = str(err.message).lower()
+    return err.code in _OVERFLOW_CODES or err.type in _OVERFLOW_CODES or any(w in message for w in _OVERFLOW_WORDS)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")

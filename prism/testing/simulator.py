@@ -73,6 +73,7 @@ class SimulatorConfig:
     runaway_tokens: int = 8192
     tokens_per_s: float | None = None
     drops_system: bool = False
+    overflow_error: str = "openai"  # or "llama.cpp": the shape of the context-overflow error
 
 
 class Simulator:
@@ -167,6 +168,15 @@ class Simulator:
         if fault == "context_length" or (self.config.context_tokens and prompt_tokens > self.config.context_tokens):
             if not fault:
                 self._note(body, "context_length")
+            if self.config.overflow_error == "llama.cpp":
+                error = {
+                    "code": 400,
+                    "message": "the request exceeds the available context size, try increasing it",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": prompt_tokens,
+                    "n_ctx": self.config.context_tokens,
+                }
+                return 400, {"error": error}, {}, delay
             message = f"This model's maximum context length is {self.config.context_tokens} tokens; the prompt has {prompt_tokens}."
             return 400, _error(message, "context_length_exceeded"), {}, delay
         # The same prompt gets the same answer, noise included, whatever the order of requests.

@@ -2,19 +2,24 @@
 server modes, over HTTP): one that reads only ``max_tokens``, a model that runs away, a slow
 server, a chat format that drops the system prompt, and a model with no price."""
 
+import gzip
+import json
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from prism.llm import Endpoint, Gateway, LlmError, RetryPolicy, recording
+from prism.llm import ContextTooLong, Endpoint, Gateway, LlmError, RetryPolicy, recording
 from prism.models import CallRecord, JobResult, Ranking, RunConfig
 from prism.pricing import PriceTable
 from prism.rankers import QUOTED_REPLY_TOKENS, build_ranker
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare, rank_chunks
 from producer.report import CostSummary, RunState, cost_report, markdown
-from tests.conftest import DOC_DEV, load
+from tests.conftest import DOC_DEV, PAGES, load
 from workers.store import LocalStore
+from workers.testing import fleet_env, prism_cli
 
 pytestmark = pytest.mark.integration
 MESSAGES = [
@@ -90,6 +95,13 @@ def test_a_retry_over_the_context_falls_back_instead_of_failing(fresh_simulator)
         ranking = ranker.rank(q.question, q.candidates, 5)
     assert ranking.flags == ["fallback"] and "over the model context" in ranking.notes[0]
     assert len(calls) == 2 and "context_length_exceeded" in calls[1].error
+
+
+@pytest.mark.parametrize("shape", ["openai", "llama.cpp"])
+def test_a_context_overflow_is_read_as_such_in_each_servers_words(fresh_simulator, shape):
+    fresh_simulator.config.context_tokens, fresh_simulator.config.overflow_error = 20, shape
+    with pytest.raises(ContextTooLong):
+        gateway(fresh_simulator).complete(MESSAGES, stage="documents", model="local")
 
 
 def test_a_lone_chunk_over_the_context_is_cut_and_ranked(fresh_simulator):
@@ -196,6 +208,47 @@ def test_an_unpriced_model_is_unknown_in_every_total_never_zero(fresh_simulator,
     assert "unknown (1 unpriced call(s))" in by_name["by_model local-gguf"]
     assert "$0.0000" in by_name["by_stage rerank"]  # refused before any work: known to be free
     assert not any("| 0.0000 |" in row for row in rows)
+
+
+def small_run(env: dict[str, str], cwd: Path, run_id: str, timeout: float = 600) -> tuple[dict, dict, str, float]:
+    """`prism run` over 4 document rows and 1 chunk row: (manifest, cost.json, report.md, seconds)."""
+    with gzip.open(PAGES, "rt") as f:
+        page = next(f)
+    rows = DOC_DEV.read_text().splitlines(keepends=True)[:4] + [page]
+    (cwd / "small.jsonl").write_text("".join(rows))
+    started = time.monotonic()
+    run = prism_cli(["run", "small.jsonl", "--run-id", run_id], env, cwd, timeout)
+    took = time.monotonic() - started
+    assert run.returncode == 0, run.stderr[-3000:]
+    base = cwd / "results" / "runs" / run_id
+    manifest, cost = (json.loads((base / name).read_text()) for name in ("manifest.json", "cost.json"))
+    return manifest, cost, (base / "report.md").read_text(), took
+
+
+def assert_ranked_by_llm_or_flagged_fallback(manifest: dict, cost: dict, cwd: Path, run_id: str) -> None:
+    counts = manifest["counts"]
+    assert (counts["done"], counts["failed"], counts["documents"], counts["chunks"]) == (5, 0, 4, 1)
+    results = [json.loads(p.read_text()) for p in (cwd / "results" / "runs" / run_id / "results").rglob("*.json")]
+    assert len(results) == 5
+    for r in results:
+        assert r["ranking"]["indices"] and "degraded" not in r["ranking"]["flags"]
+    assert cost["total"]["usd_known"] is False and cost["total"]["unpriced_calls"] > 0
+
+
+def test_a_run_against_a_base_model_on_a_llamacpp_like_server_ranks_every_query(fresh_simulator, tmp_path):
+    """The server reads only max_tokens, the model runs away, generates slowly, and the chat
+    format drops the system prompt; the model has no price."""
+    cfg = fresh_simulator.config
+    cfg.reads_cap, cfg.runaway, cfg.tokens_per_s, cfg.drops_system = ("max_tokens",), True, 4000, True
+    cfg.context_tokens = 8192
+    env = fleet_env(None, None, fresh_simulator.url, PRISM_LLM_MODEL="local-base", PRISM_LLM_TIMEOUT_S="3")
+    manifest, cost, report, took = small_run(env, tmp_path, "llamacpp-like")
+    assert_ranked_by_llm_or_flagged_fallback(manifest, cost, tmp_path, "llamacpp-like")
+    assert took < 120 and cost["total"]["timeouts"] == 0
+    documents = cost["by_stage"]["documents"]
+    assert documents["prompt_token_gaps"] == documents["calls"] == 8  # 4 queries: runaway, retry, fallback
+    assert "## Prompt-token gaps" in report and "unknown (" in report
+    assert "fallback" in report
 
 
 def _state(tmp_path, calls_by_query: dict[str, list[CallRecord]]) -> RunState:
