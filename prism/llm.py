@@ -33,7 +33,7 @@ from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
 import openai
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_any
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from prism.models import CallRecord, Stage, Usage
 from prism.pricing import PriceTable
@@ -317,15 +317,10 @@ class Gateway:
                 raise
             return raw.parse(), raw.headers
 
-        def timeouts_spent(state: RetryCallState) -> bool:
-            return timeouts > self.policy.timeout_retries
+        def stop(state: RetryCallState) -> bool:
+            return state.attempt_number >= self.policy.max_attempts or timeouts > self.policy.timeout_retries
 
-        retrying = Retrying(
-            retry=retry_if_exception(is_retryable),
-            wait=self._wait,
-            stop=stop_any(stop_after_attempt(self.policy.max_attempts), timeouts_spent),
-            reraise=True,
-        )
+        retrying = Retrying(retry=retry_if_exception(is_retryable), wait=self._wait, stop=stop, reraise=True)
         try:
             response, headers = retrying(attempt)
         except openai.OpenAIError as err:
