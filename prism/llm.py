@@ -77,7 +77,9 @@ class RetryPolicy:
     backoff_cap_s: float = 60.0
     timeout_s: float = 120.0
     timeout_retries: int = 1  # re-sends of a timed-out request; counted apart from max_attempts
-    expected_output_tokens: int = 1000  # reserved per request when no max_output_tokens is set
+    # Output tokens reserved per request (limiter, budget) until its use is known; at most its cap.
+    # Not the cap itself: a reasoning model's cap is many times what it usually writes.
+    expected_output_tokens: int = 1000
 
 
 class Deferred(Exception):
@@ -204,7 +206,7 @@ class Gateway:
             model,
             ["chat", messages, max_output_tokens],
             prompt,
-            max_output_tokens or self.policy.expected_output_tokens,
+            min(max_output_tokens or self.policy.expected_output_tokens, self.policy.expected_output_tokens),
             lambda client: client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra),
             lambda response: {"text": (response.choices[0].message.content if response.choices else None) or ""},
             check_prompt=True,

@@ -57,7 +57,9 @@ class Settings(BaseSettings):
     # Unset stages take the defaults in prism.models.OUTPUT_CAPS (+ REASONING_TOKENS for reasoning models).
     llm_max_output_tokens: int | dict[Stage, int] | None = None
     llm_output_cap_param: OutputCapParam = "auto"  # the request field for the cap; auto: by provider and base_url
-    llm_expected_output_tokens: int = 1000  # reserved against tokens/min per request when no max is set
+    llm_expected_output_tokens: int = (
+        1000  # reserved per request (tokens/min, budget) until its use is known; at most the cap
+    )
     prices_file: Path | None = None  # local price overrides on top of the bundled table
 
     # shared state: the fleet limiter, the hot cache, run budgets, metrics
