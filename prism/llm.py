@@ -51,7 +51,7 @@ class Endpoint:
     provider: Literal["openai", "azure"] = "openai"
     api_version: str | None = None  # Azure only
     # The request field that carries the output cap; auto: max_completion_tokens for OpenAI and
-    # Azure, max_tokens for any other server (llama.cpp reads only that one; vLLM and LiteLLM both).
+    # Azure, max_tokens for any other server (llama.cpp reads only that one; vLLM and LiteLLM read it too).
     output_cap_param: OutputCapParam = "auto"
 
     @property
