@@ -6,6 +6,13 @@ request goes: response cache -> run budget -> rate limiter -> SDK call -> retrie
 and timeouts honouring Retry-After -> usage, price and the provider's limit headers recorded.
 Every call is recorded, the failed ones and the cache hits too.
 
+A timed-out generation is re-sent at most ``timeout_retries`` times, apart from the attempts
+for 429 and 5xx: the server may still be generating the abandoned answer, and duplicates only
+slow it down. The output cap goes in the field the endpoint reads (``max_completion_tokens`` for
+OpenAI and Azure, ``max_tokens`` for other OpenAI-compatible servers, or both). A server that
+counts far fewer prompt tokens than were sent (a chat format that drops the system prompt) is
+flagged on the call.
+
 The cache, the limiter and the budget are interfaces; the fleet backs them with Redis and S3.
 """
 
@@ -23,13 +30,18 @@ from dataclasses import dataclass
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Literal, Protocol
+from urllib.parse import urlsplit
 
 import openai
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from prism.models import CallRecord, Stage, Usage
 from prism.pricing import PriceTable
 from prism.segmenting import TokenCounter
+
+OutputCapParam = Literal["auto", "max_completion_tokens", "max_tokens", "both"]
+# The server counted under this share of the prompt tokens sent: part of the prompt was dropped.
+PROMPT_GAP_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -38,10 +50,24 @@ class Endpoint:
     api_key: str | None = None
     provider: Literal["openai", "azure"] = "openai"
     api_version: str | None = None  # Azure only
+    # The request field that carries the output cap; auto: max_completion_tokens for OpenAI and
+    # Azure, max_tokens for any other server (llama.cpp reads only that one; vLLM and LiteLLM read it too).
+    output_cap_param: OutputCapParam = "auto"
 
     @property
     def key(self) -> str:
         return f"{self.provider}:{self.base_url or 'api.openai.com'}"
+
+    def cap_fields(self, cap: int | None) -> dict[str, int]:
+        if not cap:
+            return {}
+        param = self.output_cap_param
+        if param == "auto":
+            host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
+            openai_hosted = self.provider == "azure" or host == "api.openai.com"
+            param = "max_completion_tokens" if openai_hosted else "max_tokens"
+        names = ("max_completion_tokens", "max_tokens") if param == "both" else (param,)
+        return dict.fromkeys(names, cap)
 
 
 @dataclass(frozen=True)
@@ -50,7 +76,10 @@ class RetryPolicy:
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 60.0
     timeout_s: float = 120.0
-    expected_output_tokens: int = 1000  # reserved per request when no max_output_tokens is set
+    timeout_retries: int = 1  # re-sends of a timed-out request; counted apart from max_attempts
+    # Output tokens reserved per request (limiter, budget) until its use is known; at most its cap.
+    # Not the cap itself: a reasoning model's cap is many times what it usually writes.
+    expected_output_tokens: int = 1000
 
 
 class Deferred(Exception):
@@ -170,16 +199,17 @@ class Gateway:
     def complete(
         self, messages: list[dict], *, stage: Stage, model: str, max_output_tokens: int | None = None
     ) -> Completion:
-        extra = {"max_completion_tokens": max_output_tokens} if max_output_tokens else {}
+        extra = self.endpoint(stage).cap_fields(max_output_tokens)
         prompt = self.counter.count("".join(m["content"] for m in messages)) + 4 * len(messages)
         body, call = self._request(
             stage,
             model,
             ["chat", messages, max_output_tokens],
             prompt,
-            max_output_tokens or self.policy.expected_output_tokens,
+            min(max_output_tokens or self.policy.expected_output_tokens, self.policy.expected_output_tokens),
             lambda client: client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra),
             lambda response: {"text": (response.choices[0].message.content if response.choices else None) or ""},
+            check_prompt=True,
         )
         return Completion(body["text"], call)
 
@@ -197,7 +227,7 @@ class Gateway:
         return body["vectors"]
 
     def _request(
-        self, stage: Stage, model: str, payload: list, prompt: int, output: int, send, decode
+        self, stage: Stage, model: str, payload: list, prompt: int, output: int, send, decode, check_prompt=False
     ) -> tuple[dict, CallRecord]:
         """cache -> budget -> limiter and retries -> usage, price, limits settled -> recorded."""
         endpoint = self.endpoint(stage)
@@ -219,7 +249,7 @@ class Gateway:
         if budget is not None:
             budget.reserve(reserved_usd)
         try:
-            response, headers, attempts, throttled = self._call(endpoint, model, send, reserved)
+            response, headers, attempts, throttled, timeouts = self._call(endpoint, model, send, reserved)
         except Deferred:
             if budget is not None:
                 budget.settle(reserved_usd, Decimal(0))
@@ -227,6 +257,7 @@ class Gateway:
         except openai.OpenAIError as err:
             if budget is not None:
                 budget.settle(reserved_usd, Decimal(0))
+            timeouts = getattr(err, "prism_timeouts", 0)
             call = self._account(
                 CallRecord(
                     stage=stage,
@@ -234,7 +265,9 @@ class Gateway:
                     latency_s=round(time.monotonic() - started, 4),
                     attempts=getattr(err, "prism_attempts", 1),
                     throttled=getattr(err, "prism_throttled", 0),
-                    usd=None,
+                    timeouts=timeouts,
+                    # Refused requests are not billed; a timed-out one may have been generated.
+                    usd=None if timeouts else Decimal(0),
                     error=describe(err),
                 )
             )
@@ -254,7 +287,9 @@ class Gateway:
             latency_s=round(time.monotonic() - started, 4),
             attempts=attempts,
             throttled=throttled,
+            timeouts=timeouts,
             usd=usd,
+            prompt_token_gap=prompt_gap(prompt, usage) if check_prompt else None,
         )
         if self.cache is not None and all(body.values()):
             self.cache.put(key, body | {"model": model})
@@ -262,14 +297,18 @@ class Gateway:
 
     def _call(self, endpoint: Endpoint, model: str, send, reserved: int):
         client = self._client(endpoint)
-        attempts = throttled = 0
+        attempts = throttled = timeouts = 0
 
         def attempt():
-            nonlocal attempts, throttled
+            nonlocal attempts, throttled, timeouts
             attempts += 1
             self.limiter.acquire(endpoint.key, model, reserved)
             try:
                 raw = send(client)
+            except openai.APITimeoutError:
+                timeouts += 1
+                self.limiter.settle(endpoint.key, model, reserved, 0, {})
+                raise
             except openai.APIStatusError as err:
                 throttled += err.status_code == 429
                 # The provider's count is news even on a refusal; the reservation was not used.
@@ -280,18 +319,16 @@ class Gateway:
                 raise
             return raw.parse(), raw.headers
 
-        retrying = Retrying(
-            retry=retry_if_exception(is_retryable),
-            wait=self._wait,
-            stop=stop_after_attempt(self.policy.max_attempts),
-            reraise=True,
-        )
+        def stop(state: RetryCallState) -> bool:
+            return state.attempt_number >= self.policy.max_attempts or timeouts > self.policy.timeout_retries
+
+        retrying = Retrying(retry=retry_if_exception(is_retryable), wait=self._wait, stop=stop, reraise=True)
         try:
             response, headers = retrying(attempt)
         except openai.OpenAIError as err:
-            err.prism_attempts, err.prism_throttled = attempts, throttled
+            err.prism_attempts, err.prism_throttled, err.prism_timeouts = attempts, throttled, timeouts
             raise
-        return response, headers, attempts, throttled
+        return response, headers, attempts, throttled, timeouts
 
     def _client(self, endpoint: Endpoint) -> openai.OpenAI:
         if endpoint not in self._clients:
@@ -326,6 +363,14 @@ def cache_key(endpoint: Endpoint, model: str, payload: list) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def prompt_gap(sent: int, usage: Usage | None) -> int | None:
+    """The prompt tokens the server did not count, when it counted under PROMPT_GAP_SHARE of
+    those sent (tokenizers differ by far less)."""
+    if usage is None or not usage.prompt_tokens or usage.prompt_tokens >= PROMPT_GAP_SHARE * sent:
+        return None
+    return sent - usage.prompt_tokens
+
+
 def is_retryable(err: BaseException) -> bool:
     if isinstance(err, openai.RateLimitError):
         return err.code != "insufficient_quota" and getattr(err, "type", None) != "insufficient_quota"
@@ -334,10 +379,15 @@ def is_retryable(err: BaseException) -> bool:
     return isinstance(err, openai.APIStatusError) and err.status_code in (408, 409)
 
 
+_OVERFLOW_CODES = ("context_length_exceeded", "exceed_context_size_error")  # OpenAI, vLLM; llama.cpp's server
+_OVERFLOW_WORDS = ("maximum context length", "context window", "context size")
+
+
 def is_context_overflow(err: BaseException) -> bool:
-    return isinstance(err, openai.BadRequestError) and (
-        err.code == "context_length_exceeded" or "maximum context length" in str(err.message).lower()
-    )
+    if not isinstance(err, openai.BadRequestError):
+        return False
+    message = str(err.message).lower()
+    return err.code in _OVERFLOW_CODES or err.type in _OVERFLOW_CODES or any(w in message for w in _OVERFLOW_WORDS)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -396,3 +446,14 @@ def _usage(response) -> Usage | None:
         cached_tokens=(getattr(details, "cached_tokens", None) or 0) if details else 0,
         completion_tokens=getattr(usage, "completion_tokens", None) or 0,  # embeddings report none
     )
+
+
+# The unreadable reply is quoted back in the retry up to this many tokens: a runaway reply in
+# full would only fill the context again.
+QUOTED_REPLY_TOKENS = 64
+
+
+def quoted_reply(gateway: Gateway, reply: str) -> dict:
+    """The unreadable reply as the assistant turn of a retry, cut to QUOTED_REPLY_TOKENS."""
+    quoted = gateway.counter.truncate(reply, QUOTED_REPLY_TOKENS)
+    return {"role": "assistant", "content": quoted + (" [...]" if quoted != reply else "")}

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prism import registry
 from prism.registry import ChunkRankerName, DocRankerName, PromptVariant, Task
@@ -22,6 +23,15 @@ Stage = Literal["documents", "segments", "rerank", "embeddings", "evidence"]
 Flag = Literal["repaired", "retried", "fallback", "truncated", "degraded"]
 
 FILING_TYPES = ("DEF14A", "10-K", "10-Q", "8-K", "Earnings")
+
+# Output caps per stage, in tokens. A ranking is a short list of indices (5 for documents, ten
+# or so per segment); the agent roles answer in JSON with a line of reasoning per candidate.
+# Caps keep a model that ignores the output contract from generating up to its context.
+OUTPUT_CAPS: dict[Stage, int] = {"documents": 512, "segments": 1024, "rerank": 1024, "evidence": 4096, "embeddings": 0}
+AGENT_OUTPUT_CAP = 4096
+# A reasoning model's hidden reasoning counts against the same cap: this much more room.
+REASONING_TOKENS = 8192
+REASONING_MODELS = re.compile(r"(^|/)(o[1-9]|gpt-5(?!-chat))", re.IGNORECASE)
 
 
 class Query(BaseModel):
@@ -57,8 +67,10 @@ class CallRecord(BaseModel):
     latency_s: float  # wall time of the whole call, retries and waits included
     attempts: int
     throttled: int = 0  # of the attempts, those the provider refused with 429
-    usd: Decimal | None  # None: no price is known for the model; never read as $0
+    usd: Decimal | None  # None: unknown (no price for the model, or a timed-out request); never read as $0
     error: str | None = None
+    timeouts: int = 0  # attempts that timed out: the provider may have generated, and billed, them
+    prompt_token_gap: int | None = None  # prompt tokens the server did not count (far fewer than sent)
     cached: bool = False  # answered from the response cache: no request, no tokens, $0
 
 
@@ -94,7 +106,8 @@ class RunConfig(BaseModel):
         "embeddings": "hashed",
         "evidence": "gpt-5-mini",
     }
-    max_output_tokens: int | None = None
+    # Per-stage output caps over the defaults (OUTPUT_CAPS); 0: no cap. One number: every stage.
+    max_output_tokens: dict[Stage, int] = {}
     top_n: int = Field(5, ge=1)
     segment_top_k: int = Field(10, ge=1)
     segment_tokens: int = Field(32_000, ge=1_000)
@@ -109,6 +122,39 @@ class RunConfig(BaseModel):
     evidence_strictness: Literal["strict", "lenient"] = "strict"
     evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
     evidence_granularity: Literal["granularity_coarse", "granularity_fine"] = "granularity_coarse"
+
+    @field_validator("max_output_tokens", mode="before")
+    @classmethod
+    def _caps(cls, value):
+        if value is None:  # runs recorded before caps were per stage
+            return {}
+        if isinstance(value, int) and not isinstance(value, bool):
+            return dict.fromkeys(OUTPUT_CAPS, value)
+        return value
+
+    @field_validator("max_output_tokens")
+    @classmethod
+    def _caps_not_negative(cls, value: dict[Stage, int]) -> dict[Stage, int]:
+        if bad := {s: n for s, n in value.items() if n < 0}:
+            raise ValueError(f"output caps must be 0 (no cap) or more tokens, not {bad}")
+        return value
+
+    def output_cap(self, stage: Stage) -> int | None:
+        """The stage's output cap: the one set, else the default for its answer, with room for
+        reasoning on a reasoning model; None: no cap."""
+        if stage in self.max_output_tokens:
+            return self.max_output_tokens[stage] or None
+        agents = self.ranker_for("documents" if stage == "documents" else "chunks") in (
+            "agents",
+            "a1",
+            "a2",
+            "a3",
+            "a4",
+        )
+        cap = AGENT_OUTPUT_CAP if agents and stage != "embeddings" else OUTPUT_CAPS[stage]
+        if cap and REASONING_MODELS.search(self.models.get(stage, "")):
+            cap += REASONING_TOKENS
+        return cap or None
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]

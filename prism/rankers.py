@@ -10,7 +10,7 @@ from prism.embeddings import embedder
 from prism.hybrid import HybridRanker, dense_scorer, rrf
 from prism.icl import ExampleStore, examples_for
 from prism.lexical import LexicalRanker
-from prism.llm import Gateway
+from prism.llm import ContextTooLong, Gateway, quoted_reply
 from prism.models import Ranking, RunConfig, Stage
 from prism.parsing import UnparseableReply, parse_ranking
 from prism.prior import DocPrior
@@ -24,7 +24,8 @@ class Ranker(Protocol):
 
 class LlmRanker:
     """Asks the LLM for the top ``k``; one stricter retry when the reply is unreadable, then the
-    fallback ranker. A short reply is filled from the fallback's order. Each fix is flagged."""
+    fallback ranker (also when the retry does not fit the context). A short reply is filled from
+    the fallback's order. Each fix is flagged."""
 
     name = "llm"
 
@@ -50,12 +51,13 @@ class LlmRanker:
         try:
             parsed = parse_ranking(reply, n, want)
         except UnparseableReply as first:
-            retry = [*messages, {"role": "assistant", "content": reply}, self.prompt.reminder_message(want, n)]
+            retry = [*messages, quoted_reply(self.gateway, reply), self.prompt.reminder_message(want, n)]
             try:
                 parsed = parse_ranking(self._ask(retry), n, want)
                 flags.append("retried")
-            except UnparseableReply as second:
-                note = f"LLM reply unusable twice ({first}; {second}); ranked by {self.fallback.name}"
+            except (UnparseableReply, ContextTooLong) as second:
+                why = "the retry is over the model context" if isinstance(second, ContextTooLong) else second
+                note = f"LLM reply unusable twice ({first}; {why}); ranked by {self.fallback.name}"
                 return self.fallback.rank(question, candidates, want).flagged("fallback", note=note)
         indices, notes = parsed.indices, list(parsed.problems)
         if len(indices) < want:
@@ -145,7 +147,7 @@ def build_ranker(
     if gateway is None:
         raise ValueError(f"the {task} ranker is {kind!r}, which asks an LLM, but no LLM endpoint is configured")
     agent_stage = "evidence" if kind == "evidence" else stage
-    agent = Agent(gateway, agent_stage, config.models[agent_stage], config.max_output_tokens)
+    agent = Agent(gateway, agent_stage, config.models[agent_stage], config.output_cap(agent_stage))
     if kind == "agents":
         return DocumentAgents(agent)
     if kind in ("a1", "a2", "a3", "a4"):
@@ -163,7 +165,7 @@ def build_ranker(
             raise ValueError(f"in-context examples are on for {task} but no example store is loaded")
         shots = examples_for(examples, embedder(config.models["embeddings"], gateway), config.icl[task], task)
     llm = LlmRanker(
-        gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.max_output_tokens, shots
+        gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.output_cap(stage), shots
     )
     if kind == "cascade":
         threshold = config.cascade_threshold if config.cascade_threshold is not None else prior.threshold

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from decimal import Decimal
 
 from prism.models import RunManifest
 from producer import analysis
-from producer.state import RunState, cost_report
+from producer.state import RunState, cost_report, usd_text
 from workers.store import put_model
 
 
@@ -50,17 +49,31 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         "",
         "## Cost",
         "",
-        "| group | calls | cache hits | attempts | 429s | prompt tokens | cached tokens | completion tokens | USD | unpriced calls |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| group | calls | cache hits | attempts | 429s | timeouts | prompt tokens | cached tokens | completion tokens | USD | unpriced calls |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = [("total", cost["total"])] + [
         (f"{kind} {k}", v) for kind in ("by_task", "by_stage", "by_model") for k, v in cost[kind].items()
     ]
     for name, s in rows:
         out.append(
-            f"| {name} | {s['calls']} | {s['cached_calls']} | {s['attempts']} | {s['throttled']} | {s['prompt_tokens']} | {s['cached_tokens']} | "
-            f"{s['completion_tokens']} | {Decimal(s['usd']):.4f} | {s['unpriced_calls']} |"
+            f"| {name} | {s['calls']} | {s['cached_calls']} | {s['attempts']} | {s['throttled']} | {s['timeouts']} | "
+            f"{s['prompt_tokens']} | {s['cached_tokens']} | {s['completion_tokens']} | {usd_text(s)} | {s['unpriced_calls']} |"
         )
+    gaps = [(t, q, c) for q, t, c in state.calls() if c.prompt_token_gap is not None]
+    if gaps:
+        out += [
+            "",
+            f"## Prompt-token gaps ({len(gaps)} calls)",
+            "",
+            "The server counted under half of the prompt tokens sent: its chat format may drop the system prompt.",
+            "",
+            *(
+                f"- {t} {q}: {c.stage} call to {c.model}, server counted {c.usage.prompt_tokens} tokens, "
+                f"{c.prompt_token_gap} fewer than sent"
+                for t, q, c in gaps[:20]
+            ),
+        ]
     if metrics:
         out += [
             "",

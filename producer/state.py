@@ -85,20 +85,27 @@ class CostSummary(BaseModel):
     failed_calls: int = 0
     cached_calls: int = 0  # answered from the response cache, at $0
     throttled: int = 0  # attempts refused with 429
-    unpriced_calls: int = 0  # their cost is unknown, not zero
+    timeouts: int = 0  # attempts that timed out (the provider may have billed them)
+    unpriced_calls: int = 0  # cost unknown, not zero: no price, no usage, or a timed-out attempt
+    prompt_token_gaps: int = 0  # calls whose server counted far fewer prompt tokens than were sent
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
-    usd: Decimal = Decimal(0)  # priced calls only
+    usd: Decimal = Decimal(0)  # priced calls only: with any unpriced call the total is unknown
+    usd_known: bool = True
     llm_seconds: float = 0.0
 
     def add(self, call: CallRecord) -> None:
         self.calls += 1
         self.attempts += call.attempts
         self.throttled += call.throttled
+        self.timeouts += call.timeouts
         self.failed_calls += call.error is not None
         self.cached_calls += call.cached
-        self.unpriced_calls += call.usd is None and call.error is None
+        unknown = call.usd is None or call.timeouts > 0
+        self.unpriced_calls += unknown
+        self.usd_known = self.usd_known and not unknown
+        self.prompt_token_gaps += call.prompt_token_gap is not None
         self.prompt_tokens += call.usage.prompt_tokens
         self.cached_tokens += call.usage.cached_tokens
         self.completion_tokens += call.usage.completion_tokens
@@ -106,8 +113,16 @@ class CostSummary(BaseModel):
         self.llm_seconds += call.latency_s
 
     def usd_text(self) -> str:
-        text = f"${self.usd:.4f}"
-        return text + (f" + {self.unpriced_calls} unpriced call(s)" if self.unpriced_calls else "")
+        return usd_text(self.model_dump(mode="json"))
+
+
+def usd_text(summary: dict) -> str:
+    """A cost as a person should read it: never $0 when some of it is unknown."""
+    if summary.get("usd_known", True):
+        return f"${Decimal(summary['usd']):.4f}"
+    priced = Decimal(summary["usd"])
+    known = f"; ${priced:.4f} for the priced calls" if priced else ""
+    return f"unknown ({summary['unpriced_calls']} unpriced call(s){known})"
 
 
 def cost_report(state: RunState) -> dict:
@@ -149,7 +164,7 @@ def _cascade_savings(state: RunState, document_calls: CostSummary | None) -> dic
     if not routed:
         return None
     avoided, asked = routed.count("prior"), routed.count("llm") + routed.count("fuse")
-    mean = document_calls.usd / asked if document_calls and asked and not document_calls.unpriced_calls else None
+    mean = document_calls.usd / asked if document_calls and asked and document_calls.usd_known else None
     return {
         "llm_calls_avoided": avoided,
         "llm_calls_made": asked,

@@ -20,7 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from prism.llm import Endpoint, RetryPolicy
+from prism.llm import Endpoint, OutputCapParam, RetryPolicy
 from prism.models import RunConfig, Stage
 from prism.registry import ChunkRankerSetting, DocRankerSetting, PromptVariant
 from workers.limiter import ModelLimits
@@ -36,6 +36,7 @@ class EndpointOverride(BaseModel):
     api_key: SecretStr | None = None
     provider: Literal["openai", "azure"] | None = None
     api_version: str | None = None
+    output_cap_param: OutputCapParam | None = None
 
 
 class Settings(BaseSettings):
@@ -59,10 +60,15 @@ class Settings(BaseSettings):
     embedder: str = "hashed"  # hashed ($0, offline), minilm ([local] extra), or an embeddings model name
     llm_endpoints: dict[Stage, EndpointOverride] = {}  # per-stage endpoints
     llm_timeout_s: float = Field(120.0, gt=0)
+    llm_timeout_retries: int = Field(1, ge=0)  # re-sends of a timed-out request, apart from llm_max_attempts
     llm_max_attempts: int = Field(6, ge=1)
     llm_backoff_cap_s: float = Field(60.0, ge=0)
-    llm_max_output_tokens: int | None = Field(None, ge=1)
-    llm_expected_output_tokens: int = Field(1000, ge=1)  # reserved against tokens/min when no max is set
+    # Output caps: one number for every stage, or per stage ({"segments": 2048}); 0: no cap.
+    # Unset stages take the defaults in prism.models.OUTPUT_CAPS (+ REASONING_TOKENS for reasoning models).
+    llm_max_output_tokens: int | dict[Stage, int] | None = None
+    llm_output_cap_param: OutputCapParam = "auto"  # the request field for the cap; auto: by provider and base_url
+    # reserved per request (tokens/min, budget) until its use is known; at most the cap
+    llm_expected_output_tokens: int = Field(1000, ge=1)
     prices_file: Path | None = None  # local price overrides on top of the bundled table
 
     # shared state: the fleet limiter, the hot cache, run budgets, metrics
@@ -106,6 +112,14 @@ class Settings(BaseSettings):
     task_time_limit_s: int = Field(3600, ge=120)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     fault_at: FaultStage | None = None  # fault tests: every job raises at this stage
+
+    @field_validator("llm_max_output_tokens")
+    @classmethod
+    def _caps(cls, value: int | dict | None) -> int | dict | None:
+        caps = value.values() if isinstance(value, dict) else [] if value is None else [value]
+        if any(cap < 0 for cap in caps):
+            raise ValueError("an output cap is 0 (no cap) or a positive number of tokens")
+        return value
 
     @field_validator("results", "cache_uri", "doc_prior", "icl_index")
     @classmethod
@@ -167,7 +181,10 @@ class Settings(BaseSettings):
         fields |= {k: v for k, v in overrides.items() if v is not None}
         if fields["chunk_ranker"] == "evidence" and not fields["prefilter_keep"]:
             fields["prefilter_keep"] = 20  # the rounds read every candidate: narrow a filing first
-        return RunConfig(**fields)
+        config = RunConfig(**fields)
+        # The caps in force, written out, so the manifest shows them and a new default is a new job id.
+        caps = {s: config.output_cap(s) or 0 for s in sorted(config.paid_stages() - {"embeddings"})}
+        return config.model_copy(update={"max_output_tokens": caps})
 
     def endpoints(self) -> dict[Stage, Endpoint]:
         base = Endpoint(
@@ -175,6 +192,7 @@ class Settings(BaseSettings):
             provider=self.llm_provider,
             api_version=self.llm_api_version,
             api_key=self.llm_api_key.get_secret_value() if self.llm_api_key else None,
+            output_cap_param=self.llm_output_cap_param,
         )
         out = {}
         for stage in STAGES:
@@ -187,6 +205,7 @@ class Settings(BaseSettings):
                     provider=o.provider or base.provider,
                     api_key=o.api_key.get_secret_value() if o.api_key else base.api_key,
                     api_version=o.api_version or base.api_version,
+                    output_cap_param=o.output_cap_param or base.output_cap_param,
                 )
             )
         return out
@@ -196,6 +215,7 @@ class Settings(BaseSettings):
             max_attempts=self.llm_max_attempts,
             backoff_cap_s=self.llm_backoff_cap_s,
             timeout_s=self.llm_timeout_s,
+            timeout_retries=self.llm_timeout_retries,
             expected_output_tokens=self.llm_expected_output_tokens,
         )
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from prism.datasets import MARKERS
-from prism.llm import Gateway
+from prism.llm import ContextTooLong, Gateway, quoted_reply
 from prism.models import FILING_TYPES, Flag, Ranking, Stage, Task
 from prism.prompts import filing_types
 
@@ -112,7 +112,7 @@ class Agent:
         except ValueError as first:
             retry = [
                 *messages,
-                {"role": "assistant", "content": reply},
+                quoted_reply(self.gateway, reply),
                 {
                     "role": "user",
                     "content": f"That reply was not usable ({first}). Reply again with only the JSON object, in the shape asked for.",
@@ -120,6 +120,9 @@ class Agent:
             ]
             try:
                 return parse_json(self._send(retry), shape)
+            except ContextTooLong:
+                notes.append(f"an agent's reply was unusable ({first}) and the retry over the model context; left out")
+                return None
             except ValueError as second:
                 notes.append(f"an agent's reply was unusable twice ({second}); left out")
                 return None

@@ -23,6 +23,7 @@ from prism.rankers import Ranker
 from prism.segmenting import MARKER_TOKENS, TokenCounter, plan_segments
 
 MAX_LEVELS = 4
+MAX_CUTS = 6  # a lone chunk over the model's context is halved at most this many times
 
 
 class ChunkInput(BaseModel):
@@ -96,13 +97,13 @@ def rank_segment(
 def _rank_fitting(ranker: Ranker, data: ChunkInput, segment: list[int], k: int) -> tuple[list[int], Ranking]:
     """Rank the segment; when the model says the prompt is over its context, rank each half,
     then rank the halves' winners together (they are fewer), so the answer is still one
-    ranking of at most k."""
+    ranking of at most k. A lone chunk is cut until it fits."""
     try:
         ranking = ranker.rank(data.question, [data.chunks[i] for i in segment], k)
         return [segment[j] for j in ranking.indices], ranking
     except ContextTooLong:
         if len(segment) < 2:
-            raise
+            return _rank_cut(ranker, data, segment, k)
         half = len(segment) // 2
         left, left_ranking = _rank_fitting(ranker, data, segment[:half], k)
         right, right_ranking = _rank_fitting(ranker, data, segment[half:], k)
@@ -118,6 +119,23 @@ def _rank_fitting(ranker: Ranker, data: ChunkInput, segment: list[int], k: int) 
             notes.append("the halves' winners could not be ranked together; alternated their orders")
         flags = list(dict.fromkeys(f for r in halves for f in r.flags))
         return merged, Ranking(indices=[], flags=flags, notes=notes + [n for r in halves for n in r.notes])
+
+
+def _rank_cut(ranker: Ranker, data: ChunkInput, segment: list[int], k: int) -> tuple[list[int], Ranking]:
+    """One chunk whose prompt is over the model's context: rank its first half, quarter, ...,
+    whichever fits first."""
+    counter, tokens = TokenCounter(), data.costs[segment[0]] - MARKER_TOKENS
+    for _ in range(MAX_CUTS):
+        tokens //= 2
+        text = counter.truncate(data.chunks[segment[0]], max(tokens, 1))
+        try:
+            ranking = ranker.rank(data.question, [text], k)
+        except ContextTooLong as err:
+            last = err
+            continue
+        note = f"a chunk alone was over the model context: ranked its first {tokens} tokens"
+        return [segment[j] for j in ranking.indices], ranking.flagged("truncated", note=note)
+    raise last
 
 
 class AllSegmentsFailed(RuntimeError):

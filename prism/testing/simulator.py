@@ -6,6 +6,12 @@ Modes: ``lexical`` ranks by BM25; ``oracle`` ranks by the graded labels of known
 It counts tokens, waits ``latency_s`` per request, and can be told to fail: a script of
 faults for the next requests (``script("429", "malformed")``) or a rate per fault kind.
 
+It can also behave like the servers one meets in practice: read only ``max_tokens``
+(``reads_cap``, as llama.cpp does), run away and generate up to the cap or the context
+(``runaway``, or a scripted "runaway" fault, as a base model that ignores the output contract),
+generate slowly (``tokens_per_s``), and drop the system prompt as some chat formats do
+(``drops_system``: it is neither read nor counted).
+
     python -m prism.testing.simulator --mode oracle --queries data.jsonl --port 8100
 """
 
@@ -29,7 +35,20 @@ from prism.models import Query
 from prism.rankers import document_lexical_ranker
 from prism.segmenting import TokenCounter
 
-FAULTS = ("429", "insufficient_quota", "401", "400", "context_length", "500", "503", "timeout", "malformed", "no_usage")
+FAULTS = (
+    "429",
+    "insufficient_quota",
+    "401",
+    "400",
+    "context_length",
+    "500",
+    "503",
+    "timeout",
+    "malformed",
+    "no_usage",
+    "runaway",
+)
+RUNAWAY_TEXT = "The filing discusses the results of the quarter and the outlook for the year. "
 
 
 @dataclass
@@ -46,6 +65,15 @@ class SimulatorConfig:
     tpm: int | None = None
     window_s: float = 60.0
     context_tokens: int | None = None  # longer prompts get a context_length_exceeded error
+    # How it behaves as a server: the request fields it reads as the output cap, whether every
+    # reply runs away (up to the cap, else the context, else runaway_tokens), its generation speed,
+    # and whether its chat format drops the system prompt.
+    reads_cap: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
+    runaway: bool = False
+    runaway_tokens: int = 8192
+    tokens_per_s: float | None = None
+    drops_system: bool = False
+    overflow_error: str = "openai"  # or "llama.cpp": the shape of the context-overflow error
 
 
 class Simulator:
@@ -117,6 +145,8 @@ class Simulator:
     def answer(self, body: dict) -> tuple[int, dict, dict[str, str], float]:
         """(status, JSON body, headers, seconds to wait before answering) for one request."""
         messages = body.get("messages") or []
+        if self.config.drops_system:
+            messages = [m for m in messages if m.get("role") != "system"]
         text = "\n".join(m.get("content") or "" for m in messages if isinstance(m.get("content"), str))
         with self._lock:
             self.stats["requests"] += 1
@@ -138,12 +168,35 @@ class Simulator:
         if fault == "context_length" or (self.config.context_tokens and prompt_tokens > self.config.context_tokens):
             if not fault:
                 self._note(body, "context_length")
+            if self.config.overflow_error == "llama.cpp":
+                error = {
+                    "code": 400,
+                    "message": "the request exceeds the available context size, try increasing it",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": prompt_tokens,
+                    "n_ctx": self.config.context_tokens,
+                }
+                return 400, {"error": error}, {}, delay
             message = f"This model's maximum context length is {self.config.context_tokens} tokens; the prompt has {prompt_tokens}."
             return 400, _error(message, "context_length_exceeded"), {}, delay
         # The same prompt gets the same answer, noise included, whatever the order of requests.
         rng = random.Random(f"{self.config.seed}:{hashlib.sha1(text.encode()).hexdigest()}")
-        reply = "I would start with the third chunk." if fault == "malformed" else self._rank(messages, text, rng)
+        caps = [body[name] for name in self.config.reads_cap if isinstance(body.get(name), int)]
+        cap = min(caps) if caps else None
+        if fault == "runaway" or self.config.runaway:
+            room = (self.config.context_tokens - prompt_tokens) if self.config.context_tokens else None
+            length = min(n for n in (cap, room, self.config.runaway_tokens) if n is not None)
+            reply = self._tokens.truncate(RUNAWAY_TEXT * (length // 8 + 1), length)
+        elif fault == "malformed":
+            reply = "I would start with the third chunk."
+        else:
+            reply = self._rank(messages, text, rng)
+        finish = "stop"
+        if cap is not None and self._tokens.count(reply) >= cap:
+            reply, finish = self._tokens.truncate(reply, cap), "length"
         completion_tokens = self._tokens.count(reply)
+        if self.config.tokens_per_s:
+            delay += completion_tokens / self.config.tokens_per_s
         allowed, headers = self._admit(prompt_tokens + completion_tokens)
         if not allowed:
             self._note(body, "429_limit")
@@ -163,11 +216,13 @@ class Simulator:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "simulator"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": finish}],
             "usage": None if fault == "no_usage" else usage,
         }
         if not fault:
             self._note(body, "ok")
+        with self._lock:
+            self.stats["completions_" + finish] += 1
         return 200, response, headers, delay
 
     def _admit(self, tokens: int) -> tuple[bool, dict[str, str]]:
@@ -343,7 +398,15 @@ class Simulator:
         with self._lock:
             self.stats[outcome] += 1
             self.requests.append(
-                {"model": body.get("model"), "outcome": outcome, "at": time.time(), "system": system, "user": user}
+                {
+                    "model": body.get("model"),
+                    "outcome": outcome,
+                    "at": time.time(),
+                    "system": system,
+                    "user": user,
+                    "caps": {k: body[k] for k in ("max_completion_tokens", "max_tokens") if k in body},
+                    "assistant": next((m.get("content") for m in messages if m.get("role") == "assistant"), None),
+                }
             )
 
 
@@ -413,9 +476,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--noise", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fault", action="append", default=[], metavar="KIND=RATE", help=f"KIND in {FAULTS}")
+    parser.add_argument("--context", type=int, default=None, help="the model's context, in tokens")
+    parser.add_argument("--reads-cap", choices=("both", "max_tokens", "max_completion_tokens"), default="both")
+    parser.add_argument("--runaway", action="store_true", help="every reply generates up to the cap or the context")
+    parser.add_argument("--tokens-per-s", type=float, default=None, help="generation speed")
+    parser.add_argument("--drops-system", action="store_true", help="the chat format drops the system prompt")
     args = parser.parse_args(argv)
     rates = {k: float(v) for k, v in (f.split("=", 1) for f in args.fault)}
-    sim = Simulator(SimulatorConfig(args.mode, args.latency, args.noise, args.seed, rates), args.host, args.port)
+    config = SimulatorConfig(
+        args.mode,
+        args.latency,
+        args.noise,
+        args.seed,
+        rates,
+        context_tokens=args.context,
+        reads_cap=("max_completion_tokens", "max_tokens") if args.reads_cap == "both" else (args.reads_cap,),
+        runaway=args.runaway,
+        tokens_per_s=args.tokens_per_s,
+        drops_system=args.drops_system,
+    )
+    sim = Simulator(config, args.host, args.port)
     for path in args.queries:
         sim.add_queries(load_queries(path))
     print(f"simulator on {sim.url} ({args.mode}, {len(sim.grades)} known questions)", flush=True)

@@ -57,7 +57,8 @@ def test_quota_auth_and_bad_requests_fail_fast(fresh_simulator, fault, status):
     fresh_simulator.script(fault)
     with recording() as calls, pytest.raises(LlmError) as err:
         gateway(fresh_simulator).complete(MESSAGES, stage="documents", model="gpt-5-mini")
-    assert calls[0].attempts == 1 and f"HTTP {status}" in calls[0].error and calls[0].usd is None
+    assert calls[0].attempts == 1 and f"HTTP {status}" in calls[0].error
+    assert calls[0].usd == 0  # refused: nothing was generated or billed
     assert "after 1 attempt" in str(err.value)
 
 

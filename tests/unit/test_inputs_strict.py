@@ -257,8 +257,7 @@ def test_a_missing_file_or_a_folder_is_one_error_naming_it(tmp_path):
     items, error = read_until_error(tmp_path / "nope.jsonl")
     assert items == [] and error.last_good_line == 0 and error.source == str(tmp_path / "nope.jsonl")
     assert str(error) == (
-        f"Input file '{tmp_path / 'nope.jsonl'}' cannot be read: No such file or directory. "
-        "No line of it was read."
+        f"Input file '{tmp_path / 'nope.jsonl'}' cannot be read: No such file or directory. No line of it was read."
     )
     _, error = read_until_error(tmp_path)
     assert error.reason == "Is a directory"
