@@ -17,7 +17,7 @@ Stage = Literal["documents", "segments", "rerank", "embeddings", "evidence"]
 RankerName = Literal["llm", "lexical"]
 # Chunks may also be ranked by BM25 + dense fusion ($0), the agent variants A1-A4 or the
 # Selector/Adder evidence rounds.
-ChunkRankerName = Literal["llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"]
+ChunkRankerName = Literal["llm", "lexical", "hybrid", "financial", "a1", "a2", "a3", "a4", "evidence"]
 # Documents may also be ranked by the learned filing-type prior, alone, as a cascade (the LLM
 # only where the prior is unsure) or fused with the LLM's ranking.
 DocRankerName = Literal["llm", "lexical", "prior", "cascade", "fuse", "agents"]
@@ -110,7 +110,7 @@ class RunConfig(BaseModel):
     icl: dict[Task, int] = {}  # in-context examples per task (0 or absent: none)
     icl_index: str | None = None  # the example store: "<uri>#<sha256>"
     prefilter_keep: int | None = None  # keep this many chunks (BM25 + dense) before any LLM
-    dense: str = "lsa"  # dense scores of the hybrid ranker and the pre-filter: lsa, or an embedder
+    dense: str = "financial"  # the pre-filter and hybrid scorer: financial, or BM25 + lsa / an embedder
     evidence_rounds: int = Field(3, ge=1, le=5)
     evidence_strictness: Literal["strict", "lenient"] = "strict"
     evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
@@ -123,7 +123,7 @@ class RunConfig(BaseModel):
         return self.doc_ranker if task == "documents" else self.chunk_ranker
 
     def uses_llm(self, task: Task) -> bool:
-        return self.ranker_for(task) not in ("lexical", "prior", "hybrid")
+        return self.ranker_for(task) not in ("lexical", "prior", "hybrid", "financial")
 
     def paid_stages(self) -> set[Stage]:
         """The stages whose model is called through the gateway (and so must have a price)."""
@@ -134,7 +134,7 @@ class RunConfig(BaseModel):
             stages.add("evidence")
         elif self.uses_llm("chunks"):
             stages |= {"segments", "rerank"}
-        local = ("hashed", "minilm", "lsa")
+        local = ("hashed", "minilm", "lsa", "financial")
         if (any(self.icl.values()) and self.models["embeddings"] not in local) or self.dense not in local:
             stages.add("embeddings")
         return stages

@@ -78,14 +78,16 @@ class Settings(BaseSettings):
     )
     doc_prior: str | None = None  # the prior model (a folder or s3:// prefix); default: the one shipped
     cascade_threshold: float | None = None  # default: the model's own (set for a share of queries when fitted)
-    chunk_ranker: Literal["auto", "llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"] = "auto"
+    chunk_ranker: Literal["auto", "llm", "lexical", "hybrid", "financial", "a1", "a2", "a3", "a4", "evidence"] = "auto"
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
     icl_documents: int = 0  # in-context examples per document prompt (the method: 5, 10 or 15)
     icl_chunks: int = 0
     icl_index: str | None = None  # the example store (prism icl build); a folder or s3:// prefix
-    prefilter_keep: int | None = None  # keep this many chunks per filing by BM25 + dense fusion
-    dense: str = "lsa"  # the dense half of that fusion: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
+    prefilter_keep: int | None = None  # keep this many chunks per filing by the scorer below
+    # financial: the fused financial-page retriever alone ($0); else BM25 fused with this dense
+    # half: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
+    dense: str = "financial"
     evidence_rounds: int = 3
     evidence_strictness: Literal["strict", "lenient"] = "strict"
     evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
@@ -126,7 +128,7 @@ class Settings(BaseSettings):
     def run_config(self, **overrides) -> RunConfig:
         llm = self.llm_configured
         doc_ranker = self.doc_ranker if self.doc_ranker != "auto" else ("cascade" if llm else "prior")
-        chunk_ranker = self.chunk_ranker if self.chunk_ranker != "auto" else ("llm" if llm else "lexical")
+        chunk_ranker = self.chunk_ranker if self.chunk_ranker != "auto" else ("llm" if llm else "financial")
         fields = {
             "doc_ranker": doc_ranker,
             "chunk_ranker": chunk_ranker,
