@@ -4,7 +4,7 @@ pre-filter that keeps a filing's M most promising chunks before any LLM reads th
 The scorer named "financial" is the financial-page retriever of :mod:`prism.retrieval` (BM25,
 LSA and the question's metric, statement and period cues, fused by fitted weights), used alone:
 it already holds BM25. It is the default: on the FinanceBench pages it keeps the evidence in
-the best 45 pages for 0.98 of the questions (BM25 + LSA: 0.94), at NDCG@5 0.65 (0.38).
+the best 45 pages for 0.98 of the questions (BM25 + LSA: 0.84), at NDCG@5 0.64 (0.31).
 
 Dense scores come from an embedder, or by default ("lsa") from latent semantic analysis of the
 filing itself: TF-IDF of its chunks reduced by SVD, fitted per filing in milliseconds, $0 and
