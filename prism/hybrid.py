@@ -1,6 +1,11 @@
 """BM25 and dense scores fused by reciprocal rank fusion: a $0 ranker of its own, and the
 pre-filter that keeps a filing's M most promising chunks before any LLM reads them.
 
+The scorer named "financial" is the financial-page retriever of :mod:`prism.retrieval` (BM25,
+LSA and the question's metric, statement and period cues, fused by fitted weights), used alone:
+it already holds BM25. It is the default: on the FinanceBench pages it keeps the evidence in
+the best 45 pages for 0.98 of the questions (BM25 + LSA: 0.84), at NDCG@5 0.64 (0.31).
+
 Dense scores come from an embedder, or by default ("lsa") from latent semantic analysis of the
 filing itself: TF-IDF of its chunks reduced by SVD, fitted per filing in milliseconds, $0 and
 offline. On the FinanceBench pages it keeps more evidence pages in the top 30% than BM25 alone
@@ -16,6 +21,7 @@ import numpy as np
 from prism.embeddings import Embedder, embedder, normalize
 from prism.lexical import bm25_scores
 from prism.models import Ranking
+from prism.retrieval import FilingIndex
 
 RRF_K = 60
 
@@ -47,8 +53,8 @@ def lsa_scores(question: str, texts: Sequence[str], dims: int = 100) -> np.ndarr
 
 
 def dense_scorer(name: str, gateway=None) -> str | Embedder:
-    """The dense half by its configured name: "lsa", a local embedder, or an API model."""
-    return name if name == "lsa" else embedder(name, gateway)
+    """The scorer by its configured name: "financial", "lsa", a local embedder, or an API model."""
+    return name if name in ("financial", "lsa") else embedder(name, gateway)
 
 
 def dense_scores(question: str, texts: Sequence[str], dense: str | Embedder) -> np.ndarray:
@@ -59,6 +65,8 @@ def dense_scores(question: str, texts: Sequence[str], dense: str | Embedder) -> 
 
 
 def hybrid_scores(question: str, texts: Sequence[str], dense: str | Embedder = "lsa") -> dict[int, float]:
+    if dense == "financial":
+        return dict(enumerate(FilingIndex(texts).scores(question).tolist()))
     return rrf([_order(bm25_scores(question, texts)), _order(dense_scores(question, texts, dense))])
 
 
@@ -78,8 +86,8 @@ class HybridRanker:
         return Ranking(indices=order, scores=[round(scores[i], 6) for i in order])
 
 
-def prefilter(question: str, texts: Sequence[str], keep: int, dense: str | Embedder = "lsa") -> list[int]:
-    """The ``keep`` best chunks by hybrid score, in their original order."""
+def prefilter(question: str, texts: Sequence[str], keep: int, dense: str | Embedder = "financial") -> list[int]:
+    """The ``keep`` best chunks by the scorer's fused score, in their original order."""
     if len(texts) <= keep:
         return list(range(len(texts)))
     scores = hybrid_scores(question, texts, dense)

@@ -117,7 +117,7 @@ class RunConfig(BaseModel):
     icl: dict[Task, int] = {}  # in-context examples per task (0 or absent: none)
     icl_index: str | None = None  # the example store: "<uri>#<sha256>"
     prefilter_keep: int | None = None  # keep this many chunks (BM25 + dense) before any LLM
-    dense: str = "lsa"  # dense scores of the hybrid ranker and the pre-filter: lsa, or an embedder
+    dense: str = "financial"  # the pre-filter and hybrid scorer: financial, or BM25 + lsa / an embedder
     evidence_rounds: int = Field(3, ge=1, le=5)
     evidence_strictness: Literal["strict", "lenient"] = "strict"
     evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
@@ -174,7 +174,7 @@ class RunConfig(BaseModel):
             stages.add("evidence")
         elif self.uses_llm("chunks"):
             stages |= {"segments", "rerank"}
-        local = ("hashed", "minilm", "lsa")
+        local = ("hashed", "minilm", "lsa", "financial")
         if (any(self.icl.values()) and self.models["embeddings"] not in local) or self.dense not in local:
             stages.add("embeddings")
         return stages

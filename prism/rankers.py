@@ -14,6 +14,7 @@ from prism.llm import ContextTooLong, Gateway, quoted_reply
 from prism.models import Ranking, RunConfig, Stage
 from prism.parsing import UnparseableReply, parse_ranking
 from prism.prior import DocPrior
+from prism.retrieval import FinancialRanker
 
 
 class Ranker(Protocol):
@@ -140,6 +141,8 @@ def build_ranker(
         return lexical
     if kind == "hybrid":
         return HybridRanker(dense_scorer(config.dense, gateway))
+    if kind == "financial":
+        return FinancialRanker()
     if kind in ("prior", "cascade", "fuse") and prior is None:
         raise ValueError(f"the documents ranker is {kind!r} but no prior model is loaded")
     if kind == "prior":

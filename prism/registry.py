@@ -7,11 +7,11 @@ from typing import Literal, get_args
 
 Task = Literal["documents", "chunks"]
 DocRankerName = Literal["llm", "lexical", "prior", "cascade", "fuse", "agents"]
-ChunkRankerName = Literal["llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"]
+ChunkRankerName = Literal["llm", "lexical", "hybrid", "financial", "a1", "a2", "a3", "a4", "evidence"]
 PromptVariant = Literal["p1", "p2", "p3", "p4"]
 # As settings take them: "auto" picks by whether an LLM is configured.
 DocRankerSetting = Literal["auto", "llm", "lexical", "prior", "cascade", "fuse", "agents"]
-ChunkRankerSetting = Literal["auto", "llm", "lexical", "hybrid", "a1", "a2", "a3", "a4", "evidence"]
+ChunkRankerSetting = Literal["auto", "llm", "lexical", "hybrid", "financial", "a1", "a2", "a3", "a4", "evidence"]
 
 RANKERS: dict[Task, dict[str, str]] = {
     "documents": {
@@ -25,7 +25,8 @@ RANKERS: dict[Task, dict[str, str]] = {
     "chunks": {
         "llm": "segments ranked by the LLM, winners pooled and re-ranked (prompt PRISM_CHUNK_PROMPT)",
         "lexical": "BM25, $0",
-        "hybrid": "BM25 + dense reciprocal-rank fusion, $0",
+        "hybrid": "BM25 + dense reciprocal-rank fusion (PRISM_DENSE), $0",
+        "financial": "fused signals for financial pages: BM25 with metric synonyms, word pairs, LSA, periods, statements, figures; $0",
         "a1": "four role scorers, mean score",
         "a2": "noise remover, candidate selector, four weighted scorers",
         "a3": "quick filter, then three scorers",
@@ -36,7 +37,7 @@ RANKERS: dict[Task, dict[str, str]] = {
 # Rankers that never call an LLM.
 FREE: dict[Task, frozenset[str]] = {
     "documents": frozenset({"lexical", "prior"}),
-    "chunks": frozenset({"lexical", "hybrid"}),
+    "chunks": frozenset({"lexical", "hybrid", "financial"}),
 }
 # Document rankers that read the prior model.
 NEEDS_PRIOR = frozenset({"prior", "cascade", "fuse"})

@@ -501,7 +501,7 @@ def _print_summary(end: RunEnd) -> None:
         )
     out.print(f"results, manifest, cost.json and report.md: {manifest.results.rstrip('/')}/runs/{manifest.run_id}/")
     if not (config.uses_llm("documents") or config.uses_llm("chunks")):
-        by = {"prior": "the learned filing-type prior", "lexical": "BM25"}
+        by = {"prior": "the learned filing-type prior", "lexical": "BM25", "financial": "the financial retriever"}
         out.print(
             f"[yellow]No LLM was used:[/yellow] documents were ranked by {by.get(config.doc_ranker, config.doc_ranker)} and "
             f"chunks by {by.get(config.chunk_ranker, config.chunk_ranker)}, at $0. To rank with an LLM set "

@@ -96,8 +96,10 @@ class Settings(BaseSettings):
     icl_documents: int = Field(0, ge=0)  # in-context examples per document prompt (the method: 5, 10 or 15)
     icl_chunks: int = Field(0, ge=0)
     icl_index: str | None = None  # the example store (prism icl build); a folder or s3:// prefix
-    prefilter_keep: int | None = Field(None, ge=1)  # keep this many chunks per filing by BM25 + dense fusion
-    dense: str = "lsa"  # the dense half of that fusion: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
+    prefilter_keep: int | None = Field(None, ge=1)  # keep this many chunks per filing by the scorer below
+    # financial: the fused financial-page retriever alone ($0); else BM25 fused with this dense
+    # half: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
+    dense: str = "financial"
     evidence_rounds: int = Field(3, ge=1, le=5)
     evidence_strictness: Literal["strict", "lenient"] = "strict"
     evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
@@ -156,7 +158,7 @@ class Settings(BaseSettings):
     def run_config(self, **overrides) -> RunConfig:
         llm = self.llm_configured
         doc_ranker = self.doc_ranker if self.doc_ranker != "auto" else ("cascade" if llm else "prior")
-        chunk_ranker = self.chunk_ranker if self.chunk_ranker != "auto" else ("llm" if llm else "lexical")
+        chunk_ranker = self.chunk_ranker if self.chunk_ranker != "auto" else ("llm" if llm else "financial")
         fields = {
             "doc_ranker": doc_ranker,
             "chunk_ranker": chunk_ranker,

@@ -38,9 +38,9 @@ class ChunkInput(BaseModel):
 
 
 def prepare(
-    question: str, chunks: Sequence[str], counter: TokenCounter, budget: int, keep: int | None = None, dense="lsa"
+    question: str, chunks: Sequence[str], counter: TokenCounter, budget: int, keep: int | None = None, dense="financial"
 ) -> ChunkInput:
-    """Keep the best ``keep`` chunks by BM25 + dense fusion when asked, count every chunk's
+    """Keep the best ``keep`` chunks by the pre-filter scorer (``dense``) when asked, count every chunk's
     tokens, and cut any chunk that alone would overflow a segment."""
     origin = prefilter(question, chunks, keep, dense) if keep and len(chunks) > keep else None
     texts, truncated = ([chunks[i] for i in origin] if origin else list(chunks)), []

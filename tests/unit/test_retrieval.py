@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+
+from prism.hybrid import prefilter
+from prism.lexical import bm25_scores
+from prism.models import RunConfig
+from prism.rankers import build_ranker
+from prism.retrieval import SIGNALS, WEIGHTS, FilingIndex, fuse, read_question, standardise
+
+# A small filing: narrative pages that talk about capital spending, a balance sheet, and the
+# cash flow statement that holds the FY2018 figure.
+NARRATIVE = (
+    "Our capital expenditure plans: we expect capital expenditure to grow, and capital expenditure "
+    "discipline remains a priority for the capital expenditure committee in 2019 and beyond. This statement "
+    "on our cash flow outlook covers capital expenditure, cash flow and the amount we may spend."
+)
+CASH_FLOW = (
+    "Consolidated Statement of Cash Flow\ns\nYears ended December 31 (Millions) 2018 2017 2016\n"
+    "Net cash provided by operating activities 6,439 6,240 6,662\n"
+    "Purchases of property, plant and equipment (PP&E) (1,577) (1,373) (1,420)\n"
+    "Net cash used in investing activities 222 (3,086) (1,403)"
+)
+BALANCE = (
+    "Consolidated Balance Sheet\nAt December 31 (Millions) 2018 2017\n"
+    "Property, plant and equipment - net 8,738 8,866\nTotal assets 36,500 37,987\n"
+    "Total current liabilities 7,244 7,687"
+)
+OTHER = [
+    "Risk factors: competition, regulation and the weather may affect results.",
+    "Legal proceedings: the company is party to claims arising in the ordinary course.",
+    "Employees: about 93,000 people work for the company worldwide.",
+]
+FILING = [NARRATIVE, *OTHER, BALANCE, CASH_FLOW]
+CASH_FLOW_PAGE, BALANCE_PAGE, NARRATIVE_PAGE = len(FILING) - 1, len(FILING) - 2, 0
+CAPEX = "What is the FY2018 capital expenditure amount (in USD millions)? Use the cash flow statement."
+
+
+def test_the_question_cues_name_the_period_the_statement_and_the_line_item():
+    cues = read_question(CAPEX)
+    assert cues.years == {"2018"} and cues.statements == {"cash_flow"} and cues.is_metric
+    assert "purchases of property plant and equipment" in cues.expansion
+    assert read_question("What is the FY22 net PPNE? Answer from the balance sheet.").years == {"2022"}
+    assert read_question("year end net PPNE").statements == {"balance"}  # by the metric alone
+    plain = read_question("Who is the new chief executive?")
+    assert not plain.years and not plain.statements and not plain.is_metric and plain.expansion == ""
+
+
+def test_the_statement_page_wins_where_plain_bm25_prefers_the_narrative():
+    assert int(np.argmax(bm25_scores(CAPEX, FILING))) == NARRATIVE_PAGE
+    index = FilingIndex(FILING)
+    signals = index.signals(CAPEX)
+    assert set(signals) == set(SIGNALS)
+    assert signals["statement"][CASH_FLOW_PAGE] == 1 and signals["statement"][BALANCE_PAGE] == 0
+    assert signals["period"][CASH_FLOW_PAGE] == 1 and signals["period"][1] == 0
+    assert int(np.argmax(index.scores(CAPEX))) == CASH_FLOW_PAGE
+    balance = "What is the year end FY2018 net PPNE? Use the balance sheet."
+    assert int(np.argmax(index.scores(balance))) == BALANCE_PAGE  # the same index, another question
+
+
+def test_the_index_is_built_once_and_answers_every_question_as_a_fresh_one_would():
+    index = FilingIndex(FILING)
+    for question in (CAPEX, "total current liabilities 2018", "Who works for the company?"):
+        assert np.allclose(index.scores(question), FilingIndex(FILING).scores(question))
+
+
+def test_fusion_standardises_each_signal_and_a_constant_signal_adds_nothing():
+    signals = {"a": np.array([1.0, 2.0, 3.0]), "b": np.array([5.0, 5.0, 5.0])}
+    assert np.allclose(fuse(signals, {"a": 1.0, "b": 9.0}), standardise(signals["a"]))
+    assert np.allclose(standardise(np.array([2.0, 4.0])), [-1.0, 1.0])
+    assert set(WEIGHTS) == set(SIGNALS)
+
+
+def test_degenerate_filings_score_without_errors():
+    assert FilingIndex(["the and of", "a an the"]).scores(CAPEX).shape == (2,)
+    assert FilingIndex(["only page"]).scores("only page").shape == (1,)
+    assert FilingIndex(FILING).scores("").shape == (len(FILING),)
+
+
+def test_the_financial_ranker_and_pre_filter_are_the_zero_cost_defaults():
+    from workers.settings import Settings
+
+    config = Settings(llm_base_url=None, llm_api_key=None, llm_endpoints={}).run_config()
+    assert config.chunk_ranker == "financial" and config.dense == "financial"
+    assert not config.uses_llm("chunks") and "embeddings" not in config.paid_stages()
+    ranker = build_ranker(RunConfig(chunk_ranker="financial"), "segments", None)
+    ranking = ranker.rank(CAPEX, FILING, 2)
+    assert ranking.indices[0] == CASH_FLOW_PAGE and len(ranking.indices) == 2
+    kept = prefilter(CAPEX, FILING, 2)
+    assert CASH_FLOW_PAGE in kept and kept == sorted(kept)
+    with pytest.raises(ValueError):
+        build_ranker(RunConfig(chunk_ranker="llm"), "segments", None)
