@@ -58,7 +58,7 @@ def dense_scorer(name: str, gateway=None) -> str | Embedder:
 
 
 def dense_scores(question: str, texts: Sequence[str], dense: str | Embedder) -> np.ndarray:
-    if dense == "lsa":
+    if isinstance(dense, str):  # "lsa"; "financial" scores on its own, never through here
         return lsa_scores(question, texts)
     vectors = dense.embed([question, *texts])
     return vectors[1:] @ vectors[0]

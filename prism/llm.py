@@ -326,19 +326,25 @@ class Gateway:
         try:
             response, headers = retrying(attempt)
         except openai.OpenAIError as err:
-            err.prism_attempts, err.prism_throttled, err.prism_timeouts = attempts, throttled, timeouts
+            for name, value in (("attempts", attempts), ("throttled", throttled), ("timeouts", timeouts)):
+                setattr(err, f"prism_{name}", value)  # read back where the failed call is recorded
             raise
         return response, headers, attempts, throttled, timeouts
 
     def _client(self, endpoint: Endpoint) -> openai.OpenAI:
         if endpoint not in self._clients:
-            common = {"api_key": endpoint.api_key or "unused", "max_retries": 0, "timeout": self.policy.timeout_s}
-            if endpoint.provider == "azure":
-                self._clients[endpoint] = openai.AzureOpenAI(
-                    azure_endpoint=endpoint.base_url, api_version=endpoint.api_version, **common
+            key, timeout = endpoint.api_key or "unused", self.policy.timeout_s
+            self._clients[endpoint] = (
+                openai.AzureOpenAI(
+                    azure_endpoint=endpoint.base_url or "",
+                    api_version=endpoint.api_version,
+                    api_key=key,
+                    max_retries=0,
+                    timeout=timeout,
                 )
-            else:
-                self._clients[endpoint] = openai.OpenAI(base_url=endpoint.base_url, **common)
+                if endpoint.provider == "azure"
+                else openai.OpenAI(base_url=endpoint.base_url, api_key=key, max_retries=0, timeout=timeout)
+            )
         return self._clients[endpoint]
 
     def _wait(self, state: RetryCallState) -> float:

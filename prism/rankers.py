@@ -11,9 +11,10 @@ from prism.hybrid import HybridRanker, dense_scorer, rrf
 from prism.icl import ExampleStore, examples_for
 from prism.lexical import LexicalRanker
 from prism.llm import ContextTooLong, Gateway, quoted_reply
-from prism.models import Ranking, RunConfig, Stage
+from prism.models import Ranking, RunConfig, Stage, Task
 from prism.parsing import UnparseableReply, parse_ranking
 from prism.prior import DocPrior
+from prism.registry import NEEDS_PRIOR
 from prism.retrieval import FinancialRanker
 
 
@@ -134,7 +135,7 @@ def build_ranker(
     from prism.strategies.agents import Agent, ChunkAgents, DocumentAgents
     from prism.strategies.evidence import EvidenceRanker, Levers
 
-    task = "documents" if stage == "documents" else "chunks"
+    task: Task = "documents" if stage == "documents" else "chunks"
     lexical = document_lexical_ranker() if task == "documents" else LexicalRanker()
     kind = config.ranker_for(task)
     if kind == "lexical":
@@ -143,9 +144,9 @@ def build_ranker(
         return HybridRanker(dense_scorer(config.dense, gateway))
     if kind == "financial":
         return FinancialRanker()
-    if kind in ("prior", "cascade", "fuse") and prior is None:
+    if kind in NEEDS_PRIOR and prior is None:
         raise ValueError(f"the documents ranker is {kind!r} but no prior model is loaded")
-    if kind == "prior":
+    if kind == "prior" and prior is not None:
         return prior
     if gateway is None:
         raise ValueError(f"the {task} ranker is {kind!r}, which asks an LLM, but no LLM endpoint is configured")
@@ -170,9 +171,9 @@ def build_ranker(
     llm = LlmRanker(
         gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.output_cap(stage), shots
     )
-    if kind == "cascade":
+    if kind == "cascade" and prior is not None:
         threshold = config.cascade_threshold if config.cascade_threshold is not None else prior.threshold
         return CascadeRanker(prior, llm, threshold)
-    if kind == "fuse":
+    if kind == "fuse" and prior is not None:
         return FuseRanker(prior, llm, config.fuse_weights)
     return llm

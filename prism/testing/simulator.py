@@ -97,7 +97,7 @@ class Simulator:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def add_queries(self, queries: Iterable[Query]) -> None:
         for q in queries:
@@ -241,7 +241,7 @@ class Simulator:
             if not (over_requests or over_tokens):
                 self._window.append((now, tokens))
                 used_requests, used_tokens = used_requests + 1, used_tokens + tokens
-            headers = {}
+            headers: dict[str, str] = {}
             oldest = self._window[0][0] + cfg.window_s - now if self._window else 0.0
             for kind, limit, used in (("requests", cfg.rpm, used_requests), ("tokens", cfg.tpm, used_tokens)):
                 if limit is not None:
@@ -252,14 +252,14 @@ class Simulator:
                     }
             if over_requests or over_tokens:
                 # The wait until enough of the window has slid by for this request.
-                need = tokens - (cfg.tpm - used_tokens) if over_tokens else 0
+                need = tokens - (cfg.tpm or 0) + used_tokens if over_tokens else 0
                 wait, freed = 0.0, 0
                 for at, t in self._window:
                     freed += t
                     wait = at + cfg.window_s - now
                     if freed >= need:
                         break
-                if over_requests:
+                if over_requests and cfg.rpm is not None:
                     wait = max(wait, self._window[used_requests - cfg.rpm][0] + cfg.window_s - now)
                 headers |= {"retry-after-ms": str(int(max(wait, 0.01) * 1000)), "retry-after": str(max(1, round(wait)))}
                 return False, headers
@@ -370,8 +370,8 @@ class Simulator:
 
     def _answer(self, text: str) -> str:
         """The reference answer when a relevant passage is in the evidence; else a shrug."""
-        question = re.search(r"Question: (.*?)\n\nEvidence:", text, re.S)
-        question = question.group(1).strip() if question else ""
+        found = re.search(r"Question: (.*?)\n\nEvidence:", text, re.S)
+        question = found.group(1).strip() if found else ""
         table = self.grades.get(question, {})
         passages = re.findall(r"\[Passage \d+\] (.*?)(?=\n\n\[Passage \d+\] |\Z)", text, re.S)
         if self.config.mode == "oracle" and any(table.get(_fingerprint(p), 0) > 0 for p in passages):
@@ -385,7 +385,7 @@ class Simulator:
         top = max(table.values(), default=0)
         scores = []
         for text in candidates:
-            grade = table.get(_fingerprint(text), 0)
+            grade: float = table.get(_fingerprint(text), 0)
             if rng.random() < self.config.noise:
                 grade = rng.uniform(0, top)
             scores.append(grade + rng.random() * 1e-6)
