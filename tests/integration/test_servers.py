@@ -16,7 +16,8 @@ from prism.pricing import PriceTable
 from prism.rankers import build_ranker
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare, rank_chunks
-from producer.report import CostSummary, RunState, cost_report, markdown
+from producer.report import markdown
+from producer.state import CostSummary, RunState, cost_report
 from tests.conftest import DOC_DEV, PAGES, load
 from workers.store import LocalStore
 from workers.testing import fleet_env, prism_cli
