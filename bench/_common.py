@@ -14,6 +14,8 @@ SHARED = Path(os.environ.get("PRISM_SHARED_DATA", ROOT.parent / "shared" / "data
 DOC_DEV = SHARED / "finagentbench" / "document_ranking_kaggle_dev.jsonl"
 PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
 
+from prism.datasets import load_queries as load  # noqa: E402, F401 - for the benchmarks, after the path is set
+
 
 def redis_db(db: int = 12) -> str:
     """A clean Redis DB for the benchmark; Redis must answer on 127.0.0.1:6379."""
