@@ -336,9 +336,7 @@ def icl_build(
     from workers.runtime import Runtime
 
     settings = _settings()
-    held_out = [q for path in exclude or [] for q in _read(path, settings)]
-    ids, questions = {q.id for q in held_out}, {q.question for q in held_out}
-    rows = [q for q in _read(input, settings) if q.id not in ids and q.question not in questions]
+    rows, held_out = _training_rows(input, exclude or [], settings)
     name = embedder_name or settings.embedder
     with recording() as calls:
         store = ExampleStore.build(rows, make_embedder(name, Runtime(settings).gateway))
@@ -370,9 +368,7 @@ def prior_fit(
     from prism.prior import DocPrior
 
     settings = _settings()
-    held_out = [q for path in exclude or [] for q in _read(path, settings)]
-    ids, questions = {q.id for q in held_out}, {q.question for q in held_out}
-    rows = [q for q in _read(input, settings) if q.id not in ids and q.question not in questions]
+    rows, held_out = _training_rows(input, exclude or [], settings)
     console.print(f"fitting on {len(rows)} rows ({len(held_out)} held-out rows excluded)")
     model = DocPrior.fit(rows, llm_share=llm_share, log=console.print)
     store = open_store(out, settings)
@@ -406,6 +402,13 @@ def prior_eval(
     out["cascade_llm_share"] = {"queries": len(rows), "share": float((confidence < prior.threshold).mean())}
     Console().print(_metrics_table({k: v for k, v in out.items() if "ndcg@5" in v}))
     typer.echo(json.dumps(out))
+
+
+def _training_rows(input: str, exclude: list[str], settings: Settings) -> tuple[list, list]:
+    """The rows of INPUT less any whose id or question is in an --exclude file, and those held out."""
+    held_out = [q for path in exclude for q in _read(path, settings)]
+    ids, questions = {q.id for q in held_out}, {q.question for q in held_out}
+    return [q for q in _read(input, settings) if q.id not in ids and q.question not in questions], held_out
 
 
 def _read(uri: str, settings: Settings):
