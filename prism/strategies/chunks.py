@@ -23,6 +23,7 @@ from prism.rankers import Ranker
 from prism.segmenting import MARKER_TOKENS, TokenCounter, plan_segments
 
 MAX_LEVELS = 4
+MAX_CHUNK_SHARE = 4  # a chunk is cut to at most a quarter of the segment budget
 MAX_CUTS = 6  # a lone chunk over the model's context is halved at most this many times
 
 
@@ -45,10 +46,13 @@ def prepare(
     origin = prefilter(question, chunks, keep, dense) if keep and len(chunks) > keep else None
     texts, truncated = ([chunks[i] for i in origin] if origin else list(chunks)), []
     costs = [n + MARKER_TOKENS for n in counter.count_many(texts)]
+    # A chunk may take a share of a segment, not all of it: cut to the whole budget, it could
+    # never be pooled with other segments' winners, and would drop out of the final ranking.
+    most = max(MARKER_TOKENS + 16, budget // MAX_CHUNK_SHARE)
     for i, cost in enumerate(costs):
-        if cost > budget:
-            texts[i] = counter.truncate(texts[i], budget - MARKER_TOKENS)
-            costs[i] = budget
+        if cost > most:
+            texts[i] = counter.truncate(texts[i], most - MARKER_TOKENS)
+            costs[i] = most
             truncated.append(i)
     return ChunkInput(
         question=question, chunks=texts, costs=costs, truncated=truncated, exact_counts=counter.exact, origin=origin

@@ -2,6 +2,7 @@
 
 import pytest
 
+from prism.lexical import LexicalRanker
 from prism.models import Ranking
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import AllSegmentsFailed, ChunkInput, prepare, rank_chunks
@@ -81,11 +82,22 @@ def test_a_failed_pool_rerank_keeps_the_segments_order():
 def test_a_chunk_over_budget_is_truncated_and_flagged():
     counter = TokenCounter()
     data = prepare("q", ["g1 short", "g0 " + "filler words " * 3000, "g2 short"], counter, 1000)
-    assert data.truncated == [1] and data.costs[1] == 1000
-    assert counter.count(data.chunks[1]) <= 1000
+    assert data.truncated == [1] and data.costs[1] == 250
+    assert counter.count(data.chunks[1]) <= 250
     ranker = GradeRanker()
     ranking, _ = rank_chunks(ranker, ranker, data, top_n=2, k=5, budget=1000)
     assert "truncated" in ranking.flags and ranking.indices == [2, 0]
+
+
+def test_a_truncated_chunk_is_still_ranked():
+    data = prepare(
+        "widget revenue",
+        ["cats and dogs", "widget revenue grew " + "filler words " * 3000, "weather today", "more cats"],
+        TokenCounter(),
+        1000,
+    )
+    ranking, _ = rank_chunks(LexicalRanker(), LexicalRanker(), data, top_n=3, k=5, budget=1000)
+    assert data.truncated == [1] and ranking.indices[0] == 1 and "truncated" in ranking.flags
 
 
 class SmallContextRanker(GradeRanker):
