@@ -102,7 +102,13 @@ def test_in_context_examples_reach_the_prompt_and_never_the_query_itself(tmp_pat
 
 def test_hybrid_ranker_and_prefilter_are_configuration_only(tmp_path, fresh_simulator, mixed_input):
     manifest, metrics, cost, results = run_variant(
-        tmp_path, fresh_simulator, mixed_input, "hybrid", PRISM_DOC_RANKER="prior", PRISM_CHUNK_RANKER="hybrid"
+        tmp_path,
+        fresh_simulator,
+        mixed_input,
+        "hybrid",
+        PRISM_DOC_RANKER="prior",
+        PRISM_CHUNK_RANKER="hybrid",
+        PRISM_DENSE="lsa",
     )
     assert cost["total"]["calls"] == 0 and manifest["config"]["dense"] == "lsa"
     _, _, filtered, results = run_variant(
