@@ -156,6 +156,8 @@ def period_fit(period: Period, meta: FilingMeta) -> float:
         return 1.0 if meta.fiscal_quarter in (None, 4) or meta.form_type == "10-K" else 0.7
     if year == period.year + 1:
         return 0.3  # next year's annual filing reports this year as the comparative
+    if year == period.year + 2 and meta.fiscal_quarter is None:
+        return 0.2  # an annual income statement covers three years
     return 0.0
 
 
@@ -181,8 +183,11 @@ def choose_filings(
     form_types: Sequence[str] = (),
 ) -> list[Choice]:
     """The best ``top_f`` filings: by period fit, then the filing type's score from document
-    ranking (scaled to 0..1 over the types), then recency. ``form_types`` restricts the types."""
+    ranking (scaled to 0..1 over the types), then recency. ``form_types`` restricts the types;
+    a named period leaves out filings that do not report it (none left: an empty list)."""
     pool = [(fid, meta) for fid, meta in filings if not form_types or meta.form_type in form_types]
+    if period.year is not None:  # a period named: only filings that report it are in scope
+        pool = [(fid, meta) for fid, meta in pool if period_fit(period, meta) > 0]
     if not pool:
         return []
     values = list(form_scores.values()) or [0.0]
