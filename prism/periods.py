@@ -156,7 +156,7 @@ def period_fit(period: Period, meta: FilingMeta) -> float:
         return 1.0 if meta.fiscal_quarter in (None, 4) or meta.form_type == "10-K" else 0.7
     if year == period.year + 1:
         return 0.3  # next year's annual filing reports this year as the comparative
-    if year == period.year + 2 and meta.fiscal_quarter is None:
+    if year == period.year + 2 and meta.form_type == "10-K":
         return 0.2  # an annual income statement covers three years
     return 0.0
 

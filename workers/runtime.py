@@ -19,8 +19,8 @@ from prism.rankers import Ranker, build_ranker
 from prism.strategies.chunks import ChunkInput
 from workers import metrics, priors
 from workers.budget import RunBudget
-from workers.corpus import Corpus
 from workers.cache import TieredCache
+from workers.corpus import Corpus
 from workers.ledger import Ledger, MemoryProgress, Progress, RedisProgress
 from workers.limiter import FleetLimiter
 from workers.messages import ChunkJob, Job
