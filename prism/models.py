@@ -250,7 +250,8 @@ class RunManifest(BaseModel):
     status: Literal["planning", "running", "complete", "incomplete", "budget_exhausted", "failed", "interrupted"]
     error: str | None = None  # why the run failed or was interrupted
     owner: str | None = None  # "host:pid" of the producer planning (or, embedded, running) it
-    input: str
+    input: str  # rows, or a question set when ``corpus`` is set
+    corpus: str | None = None  # the corpus a question set runs over
     results: str
     created_at: datetime
     finished_at: datetime | None = None

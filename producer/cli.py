@@ -97,12 +97,27 @@ def run(
     fresh: FreshOpt = False,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = None,
+    questions: Annotated[
+        str | None, typer.Option("--questions", help="A question set (JSONL) to run over --corpus, instead of INPUT.")
+    ] = None,
+    corpus: Annotated[
+        str | None, typer.Option("--corpus", help="The corpus (prism ingest) the question set runs over.")
+    ] = None,
+    filings: Annotated[
+        int | None,
+        typer.Option("--filings", min=1, help="Top-F filings ranked per question (PRISM_FILINGS_PER_QUESTION)."),
+    ] = None,
 ) -> None:
     """Plan, enqueue, wait with a progress bar, write the report and print a summary.
 
-    INPUT is a JSONL file, or a folder or s3:// prefix (ending in '/') of them. A run id that
-    already has results ranks only what it is missing. Exits 1 when the run failed.
+    INPUT is a JSONL file, or a folder or s3:// prefix (ending in '/') of them. Or a question set
+    over a corpus: --questions Q --corpus URI. A run id that already has results ranks only what
+    it is missing. Exits 1 when the run failed.
     """
+    if (questions is None) != (corpus is None):
+        raise RunError("--questions and --corpus go together: a question set runs over a corpus")
+    if questions is not None and input is not None:
+        raise RunError(f"{input}: give INPUT or --questions, not both")
     flags = {
         "doc_ranker": doc_ranker,
         "chunk_ranker": chunk_ranker,
@@ -114,20 +129,22 @@ def run(
         "prefilter_keep": prefilter,
         "budget_usd": budget_usd,
         "results": results,
+        "filings_per_question": filings,
     }
     settings = _settings(flags)
     config = with_examples(with_prior(settings.run_config(), settings), settings)
     spec = RunSpec(
         run_id=check_run_id(run_id) if run_id else new_run_id(),
-        input=input or str(files("prism").joinpath("data", "sample.jsonl.gz")),
+        input=questions or input or str(files("prism").joinpath("data", "sample.jsonl.gz")),
         results=settings.results,
         config=config,
         budget_usd=settings.budget_usd,
         reuse=not fresh,
         limit=limit,
+        corpus=corpus,
     )
     runs = _runs(settings)
-    _print_settings(settings, spec, input or SAMPLE)
+    _print_settings(settings, spec, questions or input or SAMPLE)
     _end(runs.start(spec, wait, timeout), wait)
 
 
@@ -433,7 +450,7 @@ def _settings(flags: dict | None = None) -> Settings:
 
 _FLAGS = {k: k.replace("_", "-") for k in ("doc_ranker", "chunk_ranker", "doc_prompt", "chunk_prompt", "top_n")}
 _FLAGS |= {"prefilter_keep": "prefilter", "icl_documents": "icl-documents", "icl_chunks": "icl-chunks"}
-_FLAGS |= {"budget_usd": "budget-usd", "results": "results"}
+_FLAGS |= {"budget_usd": "budget-usd", "results": "results", "filings_per_question": "filings"}
 
 
 def _runs(settings: Settings) -> Runs:
@@ -498,6 +515,9 @@ def _print_summary(end: RunEnd) -> None:
         )
     if ranked := {k: v for k, v in metrics.items() if "ndcg@5" in v}:
         out.print(_metrics_table(ranked))
+    if asked := metrics.get("questions"):
+        shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in asked.items())
+        out.print(f"questions: {shown}; evidence table: evidence.csv, evidence.parquet")
     if evidence := metrics.get("evidence"):
         out.print(
             f"evidence ({evidence['queries']} queries): precision {evidence['precision']:.3f}, recall {evidence['recall']:.3f}, answer EM {evidence.get('exact_match', float('nan')):.3f}, token F1 {evidence.get('token_f1', float('nan')):.3f}"

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
 from prism.hybrid import dense_scorer
 from prism.llm import Gateway, recording
-from prism.models import Failure, JobResult, Query, RunConfig, Spent, job_id
+from prism.models import Failure, JobResult, Query, RunConfig, Spent, Task, job_id
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from tasks.ranking import enqueue_documents, enqueue_level
@@ -44,6 +44,7 @@ class Plan:
     reused: int = 0  # copied from an earlier run with the same job id
     not_enqueued: int = 0  # left pending: the run's budget was spent while planning
     warnings: int = 0  # rows that run, with something said about them (warnings.jsonl)
+    out_of_scope: int = 0  # questions whose scope holds no filing: a stored failure each
     seconds: float = 0.0
     progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)
 
@@ -75,6 +76,7 @@ class RunSpec:
     budget_usd: Decimal | None = None
     reuse: bool = True
     limit: int | None = None  # plan at most this many queries
+    corpus: str | None = None  # a question set over this corpus (input is the question set)
 
 
 def input_files(uri: str, settings: Settings) -> list[str]:
@@ -117,6 +119,10 @@ def plan_run(
     on_query: Callable[[Plan], None] = lambda plan: None,
 ) -> Plan:
     """Enqueue a job for every valid query without an outcome in this run."""
+    if spec.corpus is not None:
+        from producer.questions import plan_questions
+
+        return plan_questions(spec, store, settings, budget_spent, on_query)
     started = time.monotonic()
     layout, plan, counter = RunLayout(spec.run_id), Plan(), TokenCounter()
     listed = outcome_keys(store, spec.run_id)
@@ -194,7 +200,7 @@ def _plan_query(
         plan.already_done += 1
         return "done"
     jid = job_id(q, spec.config)
-    if spec.reuse and _reuse(store, layout, q, jid):
+    if spec.reuse and _reuse(store, layout, q.task, q.id, jid):
         plan.reused += 1
         return "reused"
     if budget_spent():
@@ -234,7 +240,7 @@ def _plan_query(
     return "enqueued"
 
 
-def _reuse(store: Store, layout: RunLayout, q: Query, jid: str) -> bool:
+def _reuse(store: Store, layout: RunLayout, task: Task, query_id: str, jid: str) -> bool:
     """Copy an earlier run's result for the same job id into this run; nothing is spent."""
     try:
         earlier_key = store.get(RunLayout.index(jid)).decode()
@@ -246,5 +252,5 @@ def _reuse(store: Store, layout: RunLayout, q: Query, jid: str) -> bool:
     copy = earlier.model_copy(
         update={"run_id": layout.run_id, "reused_from": earlier.reused_from or earlier.run_id, "calls": []}
     )
-    put_model(store, layout.result(q.task, q.id), copy, if_absent=True)
+    put_model(store, layout.result(task, query_id), copy, if_absent=True)
     return True

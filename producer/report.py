@@ -7,13 +7,17 @@ import json
 from collections import Counter
 
 from prism.models import RunManifest
-from producer import analysis
+from producer import analysis, evidence
 from producer.state import RunState, cost_report, usd_text
+from workers.corpus import Corpus
 from workers.store import put_model
 
 
-def write(state: RunState, manifest: RunManifest, pending: list[dict]) -> tuple[dict, dict]:
-    """Write every report file of a run from what is stored now; returns cost and metrics."""
+def write(
+    state: RunState, manifest: RunManifest, pending: list[dict], corpus: Corpus | None = None
+) -> tuple[dict, dict]:
+    """Write every report file of a run from what is stored now; returns cost and metrics. A
+    question set over a corpus also gets its evidence table and the metrics over its questions."""
     store, layout = state.store, state.layout
     cost = cost_report(state)
     lines = [f.model_dump_json() for f in [*state.input_failures, *state.job_failures]]
@@ -22,10 +26,17 @@ def write(state: RunState, manifest: RunManifest, pending: list[dict]) -> tuple[
     store.put(layout.file("cost.json"), json.dumps(cost, indent=1).encode())
     summary = analysis.summarize(state)
     metrics = summary["metrics"]
+    found = None
+    if corpus is not None:
+        found = evidence.write(state, corpus)
+        metrics = metrics | {"questions": found[1]}
     store.put(layout.file("metrics.json"), json.dumps(metrics, indent=1).encode())
     store.put(layout.file("summary.json"), json.dumps(summary, indent=1).encode())
     runs = {layout.run_id: (manifest, summary)}
-    text = markdown(manifest, cost, metrics, state) + "\n" + analysis.markdown(runs, None)
+    text = markdown(manifest, cost, metrics, state)
+    if found is not None:
+        text += evidence.markdown(*found)
+    text += "\n" + analysis.markdown(runs, None)
     for name, image in analysis.plots(runs, None).items():
         store.put(layout.file(name), image)
         text += f"\n![{name}]({name})\n"
@@ -74,7 +85,7 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
                 for t, q, c in gaps[:20]
             ),
         ]
-    if metrics:
+    if any(isinstance(m, dict) and "ndcg@5" in m for m in metrics.values()):
         out += [
             "",
             "## Metrics (k = 5)",
@@ -83,7 +94,7 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
             "|---|---:|---:|---:|---:|---:|",
         ]
         for task, m in metrics.items():
-            if "ndcg@5" in m:
+            if isinstance(m, dict) and "ndcg@5" in m:
                 out.append(
                     f"| {task} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} | {m['missing']} |"
                 )

@@ -29,6 +29,7 @@ from workers import keys
 from workers import runtime as runtimes
 from workers.app import make_app
 from workers.budget import RunBudget
+from workers.corpus import Corpus
 from workers.embedded import embedded_worker
 from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys, progress_name
 from workers.settings import Settings
@@ -88,6 +89,7 @@ class Runs:
             embedded=self.settings.embedded,
             budget_usd=spec.budget_usd,
             reuse=spec.reuse,
+            corpus=spec.corpus,
         )
         return self._execute(spec, manifest, wait, timeout)
 
@@ -97,7 +99,9 @@ class Runs:
         budget = budget_usd if budget_usd is not None else manifest.budget_usd
         if budget is not None and self.runtime.redis is not None:
             RunBudget(self.runtime.redis, run_id, budget).reopen()
-        spec = RunSpec(run_id, manifest.input, manifest.results, manifest.config, budget, manifest.reuse)
+        spec = RunSpec(
+            run_id, manifest.input, manifest.results, manifest.config, budget, manifest.reuse, corpus=manifest.corpus
+        )
         manifest = manifest.model_copy(update={"budget_usd": budget, "finished_at": None, "error": None})
         self.console.print(f"resuming {run_id}: {reopened} job(s) the budget had stopped are pending again")
         return self._execute(spec, manifest, wait, timeout)
@@ -192,7 +196,7 @@ class Runs:
         def counted() -> Callable[[], int]:
             if progress is None:
                 return lambda: state.poll().finished
-            base, offset = plan.progress_base, plan.already_done + plan.reused
+            base, offset = plan.progress_base, plan.already_done + plan.reused + plan.out_of_scope
             return lambda: offset + progress.count(run) - base
 
         finished_now, requeues = counted(), 0
@@ -304,7 +308,8 @@ class Runs:
                 "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
             }
         )
-        cost, metrics = report.write(state, manifest, pending)
+        corpus = Corpus(self.runtime.store(manifest.corpus)) if manifest.corpus else None
+        cost, metrics = report.write(state, manifest, pending, corpus)
         return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
 
     # -- reading runs ------------------------------------------------------------------------

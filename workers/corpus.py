@@ -37,6 +37,7 @@ from prism.ingest import (
 )
 from prism.ingest.filings import FOLDER_META, filing_identity
 from prism.segmenting import TokenCounter
+from prism.strategies import chunks
 from workers.store import Store, get_model, put_model, safe_name
 
 PREFIX = "corpus"
@@ -143,8 +144,56 @@ class Corpus:
         except KeyError:
             return CorpusManifest()
 
+    @staticmethod
+    def input_key(filing_id: str, version: str, budget: int, encoding: str) -> str:
+        return f"{PREFIX}/inputs/{safe_name(filing_id)}/{version}-{budget}-{encoding}.json"
+
+    def put_input(self, filing: Filing, budget: int, counter: TokenCounter) -> tuple[str, FilingInput]:
+        """A filing's chunk input for a segment budget, computed once per version and budget and
+        shared by every question (and run) over it: prompt costs, and the chunks cut to fit."""
+        encoding = counter.encoding.name if counter.encoding is not None else "estimate"
+        key = self.input_key(filing.id, filing.version, budget, encoding)
+        try:
+            return key, get_model(self.store, key, FilingInput)
+        except KeyError:
+            pass
+        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget)
+        shared = FilingInput(
+            filing_id=filing.id,
+            version=filing.version,
+            costs=data.costs,
+            truncated={i: data.chunks[i] for i in data.truncated},
+            exact_counts=data.exact_counts,
+        )
+        put_model(self.store, key, shared, if_absent=True)
+        return key, shared
+
+    def chunk_input(self, key: str) -> chunks.ChunkInput:
+        """The stored filing input as a ChunkInput with no question (the job gives it)."""
+        shared = get_model(self.store, key, FilingInput)
+        filing = self.get_filing(shared.filing_id, shared.version)
+        texts = [shared.truncated.get(c.index, c.text) for c in filing.chunks]
+        return chunks.ChunkInput(
+            question="",
+            chunks=texts,
+            costs=shared.costs,
+            truncated=sorted(shared.truncated),
+            exact_counts=shared.exact_counts,
+        )
+
     def stored_bytes(self) -> int:
         return sum(len(self.store.get(k)) for k in self.store.keys(f"{PREFIX}/"))
+
+
+class FilingInput(BaseModel):
+    """What chunk ranking needs of a filing beyond its chunks, for one segment budget; the texts
+    stay in the filing (only a chunk cut to fit the budget is kept here)."""
+
+    filing_id: str
+    version: str
+    costs: list[int]
+    truncated: dict[int, str] = {}
+    exact_counts: bool = True
 
 
 class IngestSummary(BaseModel):

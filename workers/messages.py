@@ -32,6 +32,10 @@ class ChunkJob(Job):
     task: Task = "chunks"
     input_key: str
     n_candidates: int
+    # A question over a corpus filing: input_key names the filing's shared input in this corpus
+    # store (workers.corpus.FilingInput) and the question travels here, not in the stored input.
+    corpus: str | None = None
+    question: str | None = None
 
 
 class SegmentJob(BaseModel):

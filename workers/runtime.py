@@ -20,6 +20,7 @@ from prism.strategies.chunks import ChunkInput
 from workers import metrics, priors
 from workers.budget import RunBudget
 from workers.cache import TieredCache
+from workers.corpus import Corpus
 from workers.ledger import Ledger, MemoryProgress, Progress, RedisProgress
 from workers.limiter import FleetLimiter
 from workers.messages import ChunkJob, Job
@@ -102,14 +103,17 @@ class Runtime:
         """The stored input of a chunk query; the last few stay in memory, since a worker often
         ranks several segments of the same filing in a row."""
         self.checkpoint("input")
-        key = (job.results, job.input_key)
+        key = (job.corpus or job.results, job.input_key)
         if key in self._inputs:
             self._inputs.move_to_end(key)
+        elif job.corpus is not None:
+            self._inputs[key] = Corpus(self.store(job.corpus)).chunk_input(job.input_key)
         else:
             self._inputs[key] = get_model(self.store(job.results), job.input_key, ChunkInput)
-            while len(self._inputs) > 4:
-                self._inputs.popitem(last=False)
-        return self._inputs[key]
+        while len(self._inputs) > 4:
+            self._inputs.popitem(last=False)
+        data = self._inputs[key]
+        return data.model_copy(update={"question": job.question}) if job.question is not None else data
 
     def checkpoint(self, stage: FaultStage) -> None:
         if self.settings.fault_at == stage:

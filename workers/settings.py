@@ -107,6 +107,7 @@ class Settings(BaseSettings):
     top_n: int = Field(5, ge=1)
     segment_top_k: int = Field(10, ge=1)
     segment_tokens: int = Field(32_000, ge=1_000)
+    filings_per_question: int = Field(1, ge=1, le=20)  # top-F filings a question over a corpus is ranked in
 
     # the fleet
     embedded_workers: int = Field(2, ge=1)

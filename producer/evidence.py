@@ -1,0 +1,192 @@
+"""The evidence of a question-set run: each question's ranked chunks with their provenance
+(filing, company, form, period, page or section, chunk id, an excerpt, the score), as a table an
+analyst can open (evidence.csv, evidence.parquet), and the metrics over the questions with qrels.
+
+Qrels are over (filing, page) or (filing, chunk id): evidence from another filing than the one
+judged scores 0, so choosing the wrong filing costs what it should.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+
+from prism.ingest.models import Filing
+from prism.metrics import ndcg_at
+from prism.periods import filing_date
+from producer.state import RunState
+from workers.corpus import Corpus
+from workers.store import Store
+
+EXCERPT_CHARS = 300
+COLUMNS = (
+    "question_id",
+    "question",
+    "rank",
+    "filing_id",
+    "filing_rank",
+    "company",
+    "form_type",
+    "period",
+    "page",
+    "section",
+    "heading",
+    "chunk_id",
+    "score",
+    "grade",
+    "excerpt",
+)
+
+
+def _lines(store: Store, key: str) -> Iterator[dict]:
+    try:
+        data = store.get(key)
+    except KeyError:
+        return
+    for line in data.splitlines():
+        if line.strip():
+            yield json.loads(line)
+
+
+def _period(filing: Filing) -> str:
+    meta = filing.meta
+    if meta.fiscal_year and meta.fiscal_quarter:
+        return f"{meta.fiscal_year}Q{meta.fiscal_quarter}"
+    if meta.fiscal_year:
+        return f"FY{meta.fiscal_year}"
+    dated = filing_date(meta)
+    return dated.isoformat() if dated else ""
+
+
+def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
+    """Every question's evidence, best first (its filings in their chosen order), and the
+    metrics: filing_top1, evidence recall@5 and NDCG@5 over the questions with qrels whose
+    judged filing is in the corpus."""
+    store, layout = state.store, state.layout
+    questions = {q["question_id"]: q for q in _lines(store, layout.file("questions.jsonl"))}
+    pairs: dict[str, list[dict]] = {}
+    for row in _lines(store, layout.file("plan.jsonl")):
+        if row.get("filing"):
+            pairs.setdefault(row["question_id"], []).append(row)
+    results = {r.query_id: r for r in state.results.values() if r.task == "chunks"}
+    in_corpus = set(corpus.manifest().filings)
+    filings: dict[tuple[str, str], Filing] = {}
+    rows: list[dict] = []
+    judged = top1 = 0
+    recall = ndcg = 0.0
+    no_filing = sum(1 for q in questions.values() if not q["filings"])
+    for qid, q in questions.items():
+        grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in q["qrels"]}
+        ranked: list[tuple[str, int | str | None]] = []
+        for pair in sorted(pairs.get(qid, []), key=lambda p: p["filing_rank"]):
+            result = results.get(pair["query_id"])
+            if result is None:
+                continue
+            key = (pair["filing"], pair["version"])
+            if key not in filings:
+                filings[key] = corpus.get_filing(*key)
+            filing = filings[key]
+            scores = result.ranking.scores or []
+            for position, index in enumerate(result.ranking.indices):
+                chunk = filing.chunks[index]
+                grade = grades.get((filing.id, chunk.page), grades.get((filing.id, chunk.id)))
+                ranked.append((filing.id, chunk.page if chunk.page is not None else chunk.id))
+                rows.append(
+                    {
+                        "question_id": qid,
+                        "question": q["question"],
+                        "rank": len(ranked),
+                        "filing_id": filing.id,
+                        "filing_rank": pair["filing_rank"],
+                        "company": filing.meta.company or "",
+                        "form_type": filing.meta.form_type or "",
+                        "period": _period(filing),
+                        "page": chunk.page,
+                        "section": chunk.section,
+                        "heading": chunk.heading or "",
+                        "chunk_id": chunk.id,
+                        "score": float(scores[position]) if position < len(scores) else None,
+                        "grade": grade,
+                        "excerpt": " ".join(chunk.text.split())[:EXCERPT_CHARS],
+                    }
+                )
+        relevant = {k for k, g in grades.items() if g > 0}
+        if not relevant or not {f for f, _ in relevant} & in_corpus:
+            continue
+        judged += 1
+        chosen = q["filings"][0]["filing"] if q["filings"] else None
+        top1 += int(chosen in {f for f, _ in relevant})
+        found = {k for k in ranked[:5] if k in relevant}
+        recall += len(found) / len(relevant)
+        ids = {k: i for i, k in enumerate(dict.fromkeys([*grades, *ranked]))}
+        ndcg += ndcg_at([ids[k] for k in ranked], {ids[k]: g for k, g in grades.items()}, 5)
+    metrics = {
+        "questions": len(questions),
+        "judged": judged,
+        "no_filing_in_scope": no_filing,
+        "filing_top1": top1 / judged if judged else None,
+        "evidence_recall@5": recall / judged if judged else None,
+        "evidence_ndcg@5": ndcg / judged if judged else None,
+    }
+    return rows, metrics
+
+
+def write(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
+    """evidence.csv, evidence.parquet and evidence_metrics.json in the run's folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, metrics = evidence_rows(state, corpus)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    layout = state.layout
+    state.store.put(layout.file("evidence.csv"), text.getvalue().encode())
+    schema = pa.schema(
+        [
+            ("question_id", pa.string()),
+            ("question", pa.string()),
+            ("rank", pa.int32()),
+            ("filing_id", pa.string()),
+            ("filing_rank", pa.int32()),
+            ("company", pa.string()),
+            ("form_type", pa.string()),
+            ("period", pa.string()),
+            ("page", pa.int32()),
+            ("section", pa.int32()),
+            ("heading", pa.string()),
+            ("chunk_id", pa.string()),
+            ("score", pa.float64()),
+            ("grade", pa.int32()),
+            ("excerpt", pa.string()),
+        ]
+    )
+    table = pa.Table.from_pylist(rows, schema=schema)
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    state.store.put(layout.file("evidence.parquet"), sink.getvalue())
+    state.store.put(layout.file("evidence_metrics.json"), json.dumps(metrics, indent=1).encode())
+    return rows, metrics
+
+
+def markdown(rows: list[dict], metrics: dict, per_question: int = 3, questions: int = 50) -> str:
+    out = ["", "## Evidence", ""]
+    shown = {k: v for k, v in metrics.items() if v is not None}
+    out.append("- " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()))
+    out.append("- every row: `evidence.csv` / `evidence.parquet`")
+    by_question: dict[str, list[dict]] = {}
+    for row in rows:
+        by_question.setdefault(row["question_id"], []).append(row)
+    for qid, items in list(by_question.items())[:questions]:
+        out += ["", f"**{qid}**: {items[0]['question'][:200]}", ""]
+        for r in items[:per_question]:
+            where = f"page {r['page']}" if r["page"] is not None else f"section {r['section']}"
+            score = f", score {r['score']:.3f}" if r["score"] is not None else ""
+            out.append(
+                f"{r['rank']}. {r['filing_id']} ({r['company']}, {r['form_type']}, {r['period']}) {where} "
+                f"`{r['chunk_id']}`{score}: {r['excerpt'][:160]}"
+            )
+    return "\n".join(out) + "\n"

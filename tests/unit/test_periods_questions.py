@@ -1,0 +1,115 @@
+"""The period resolver on FinanceBench questions, the filing choice it drives, and the strict
+question-set reader."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import date
+
+import pytest
+
+from prism.datasets import RowError
+from prism.ingest.models import FilingMeta
+from prism.periods import PeriodError, choose_filings, parse_period, resolve_period
+from prism.questions import Question, read_questions
+
+
+@pytest.mark.parametrize(
+    ("question", "label"),
+    [
+        ("What is the FY2018 capital expenditure amount (in USD millions) for 3M?", "FY2018"),
+        ("What is the nature & purpose of AMCOR's restructuring liability as oF Q2 of FY2023 close?", "2023Q2"),
+        ("Was there any change in the number of Best Buy stores between Q2 of FY2024 and FY2023?", "2024Q2"),
+        ("For Pfizer, which geographic region had the biggest drop in Q22023 year over year revenues?", "2023Q2"),
+        ("As of FY2023Q1, by how many percentage points did Pepsico raise full year guidance?", "2023Q1"),
+        ("As of FY 2021, how much did Verizon expect to pay for its retirees in 2024?", "FY2021"),
+        ("How much was the Real change in Sales for AMCOR in FY 2023 vs FY 2022?", "FY2023"),
+        ("What was the revenue of the second quarter of fiscal 2023?", "2023Q2"),
+        ("Does 3M maintain a stable trend of dividend distribution?", "latest"),
+    ],
+)
+def test_periods_read_from_financebench_questions(question, label):
+    assert resolve_period(question).label() == label
+
+
+def test_a_scope_period_wins_and_bad_ones_are_named():
+    assert resolve_period("revenue in 2017", "latest").latest
+    assert parse_period("Q2 2023").label() == "2023Q2" and parse_period("FY2018").label() == "FY2018"
+    with pytest.raises(PeriodError, match="'last year'"):
+        parse_period("last year")
+
+
+def _meta(name: str, form: str, year: int, quarter: int | None = None) -> tuple[str, FilingMeta]:
+    meta = FilingMeta(
+        company="Acme", form_type=form, fiscal_year=year, fiscal_quarter=quarter, source_uri=name, name=name
+    )
+    return name, meta
+
+
+FILINGS = [
+    _meta("ACME_2022_10K", "10-K", 2022),
+    _meta("ACME_2023_10K", "10-K", 2023),
+    _meta("ACME_2023Q2_10Q", "10-Q", 2023, 2),
+    _meta("ACME_2023_8K_dated-2023-05-30", "8-K", 2023),
+]
+FORMS = {"DEF14A": 0.0, "10-K": 1.0, "10-Q": 0.6, "8-K": 0.3, "Earnings": 0.2}
+
+
+def test_the_period_picks_the_year_and_quarter_and_a_date_the_current_report():
+    choose = lambda q: choose_filings(resolve_period(q), FORMS, FILINGS)[0].filing_id  # noqa: E731
+    assert choose("What was FY2022 revenue?") == "ACME_2022_10K"
+    assert choose("What was revenue in Q2 2023?") == "ACME_2023Q2_10Q"
+    assert choose("What did the board approve on May 26, 2023?") == "ACME_2023_8K_dated-2023-05-30"
+    assert choose("Is the dividend stable?") == "ACME_2023_10K"  # latest, and the form the prior prefers
+    assert resolve_period("as of May 26, 2023").date == date(2023, 5, 26)
+
+
+def test_a_period_no_filing_reports_leaves_nothing_in_scope():
+    assert choose_filings(resolve_period("What was FY2015 revenue?"), FORMS, FILINGS) == []
+    assert len(choose_filings(resolve_period("revenue?"), FORMS, FILINGS, top_f=2)) == 2
+    assert choose_filings(resolve_period("revenue?"), FORMS, FILINGS, form_types=["DEF14A"]) == []
+
+
+def _read(*rows) -> list:
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in rows]
+    return list(read_questions(io.BytesIO("\n".join(lines).encode()), "q.jsonl"))
+
+
+def test_a_question_set_is_read_with_scope_and_qrels():
+    (q,) = _read(
+        {
+            "id": "q1",
+            "question": "FY2018 capex?",
+            "scope": {"company": "3M", "form_types": ["10k"], "period": "FY2018"},
+            "qrels": [{"filing": "3M_2018_10K", "page": 60, "grade": 2}],
+            "answer": "$1577.00",
+        }
+    )
+    assert isinstance(q, Question) and q.scope.form_types == ("10-K",) and q.qrels[0].page == 60
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ('{"id": "a", "question": "x"', "(row)"),
+        ({"id": "", "question": "x"}, "id"),
+        ({"id": "a", "question": " "}, "question"),
+        ({"id": "a", "question": "x", "extra": 1}, "extra"),
+        ({"id": "a", "question": "x", "scope": {"company": 3}}, "scope.company"),
+        ({"id": "a", "question": "x", "scope": {"period": "soon"}}, "scope.period"),
+        ({"id": "a", "question": "x", "scope": {"form_types": ["10-X"]}}, "scope.form_types[0]"),
+        ({"id": "a", "question": "x", "qrels": [{"filing": "f", "page": 0, "grade": 1}]}, "qrels[0].page"),
+        ({"id": "a", "question": "x", "qrels": [{"filing": "f", "grade": 1}]}, "qrels[0]"),
+        ({"id": "a", "question": "x", "qrels": [{"filing": "f", "page": 2, "grade": 1.5}]}, "qrels[0].grade"),
+    ],
+)
+def test_each_bad_line_names_its_line_and_field(row, field):
+    good, bad = _read({"id": "ok", "question": "fine"}, row)
+    assert isinstance(good, Question)
+    assert isinstance(bad, RowError) and bad.line == 2 and bad.field == field
+
+
+def test_a_duplicate_id_is_an_error_naming_the_first_line():
+    _, dup = _read({"id": "a", "question": "x"}, {"id": "a", "question": "y"})
+    assert isinstance(dup, RowError) and "first on line 1" in str(dup)
