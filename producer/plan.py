@@ -119,10 +119,6 @@ def plan_run(
     on_query: Callable[[Plan], None] = lambda plan: None,
 ) -> Plan:
     """Enqueue a job for every valid query without an outcome in this run."""
-    if spec.corpus is not None:
-        from producer.questions import plan_questions
-
-        return plan_questions(spec, store, settings, budget_spent, on_query)
     started = time.monotonic()
     layout, plan, counter = RunLayout(spec.run_id), Plan(), TokenCounter()
     listed = outcome_keys(store, spec.run_id)

@@ -24,6 +24,7 @@ from prism.models import Failure, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
 from producer.plan import Plan, RunSpec, plan_run
+from producer.questions import plan_questions
 from producer.state import RunState, cost_report
 from workers import keys
 from workers import runtime as runtimes
@@ -149,14 +150,14 @@ class Runs:
         progress = self.runtime.progress
         base = progress.count(keys.progress(store.uri, spec.run_id)) if progress is not None else 0
         with self.console.status("planning...") as status:
-            plan = plan_run(
-                spec,
-                store,
-                self.settings,
-                self.runtime.gateway,
-                spent,
-                on_query=lambda p: status.update(f"planning: {p.documents} document and {p.chunks} chunk queries"),
-            )
+
+            def on_query(p: Plan) -> None:
+                status.update(f"planning: {p.documents} document and {p.chunks} chunk queries")
+
+            if spec.corpus is not None:  # a question set over a corpus
+                plan = plan_questions(spec, store, self.settings, spent, on_query)
+            else:
+                plan = plan_run(spec, store, self.settings, self.runtime.gateway, spent, on_query=on_query)
         self.console.print(
             f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued "
             f"{plan.enqueued} ({plan.segments} segments), already done {plan.already_done}, reused {plan.reused}, "

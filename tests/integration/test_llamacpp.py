@@ -63,6 +63,7 @@ def llamacpp_server(tmp_path_factory):
         server.wait(timeout=30)
 
 
+@pytest.mark.timeout(1200)  # a CPU server reads a 3K-token segment in 20-40 s
 def test_a_run_against_llamacpp_ranks_every_query_in_minutes(llamacpp_server, tmp_path):
     url, model = llamacpp_server
     env = fleet_env(
