@@ -179,24 +179,36 @@ def ingest(
     ] = 512,
 ) -> None:
     """Ingest filings (PDF, HTML, text, or benchmark rows) into a corpus, once per version: an
-    unchanged filing is a no-op, a changed one a new version. A filing that cannot be read is a
-    stored failure; the rest go on. Exits 1 when no filing could be ingested."""
+    unchanged filing is a no-op, a changed one a new version. One fleet task per file (in this
+    process when no broker is configured). A filing that cannot be read is a stored failure; the
+    rest go on. Exits 1 when no filing could be ingested."""
     from pathlib import Path
 
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from prism.ingest.models import Chunking
-    from workers.corpus import ingest_source
+    from producer.ingest import ingest as ingest_files
 
     settings = _settings()
     if not source.startswith("s3://") and not Path(source).exists():
         raise RunError(f"{source}: no such file or folder")
-    target = open_store(corpus, settings)
-    origin = open_store(source, settings) if source.startswith("s3://") else source
-    with console.status(f"ingesting {source} ..."):
-        summary = ingest_source(origin, target, Chunking(chunk_tokens=chunk_tokens), meta)
+    if meta is not None and not Path(meta).is_file():
+        raise RunError(f"--meta {meta}: no such file")
+    columns = (TextColumn("ingesting files"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("ingest", total=None)
+        summary = ingest_files(
+            source,
+            corpus,
+            settings,
+            Chunking(chunk_tokens=chunk_tokens),
+            meta,
+            on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
     console.print(
         f"{summary.sources} sources: {summary.ingested} filings ingested, {summary.new_versions} new versions, "
         f"{summary.unchanged} unchanged, {summary.failed} failed; {summary.pages} pages ({summary.empty_pages} "
-        f"empty), {summary.chunks} chunks, {summary.tokens} tokens in {summary.seconds:.1f} s: {target.uri}"
+        f"empty), {summary.chunks} chunks, {summary.tokens} tokens in {summary.seconds:.1f} s: {corpus}"
     )
     for failure in summary.failures[:10]:
         console.print(f"[yellow]not ingested:[/yellow] {failure}", highlight=False)
