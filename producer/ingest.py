@@ -3,11 +3,11 @@ process when no broker is configured), the corpus manifest written once they are
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 
 from celery import Celery
+from celery.result import ResultSet
 
 from prism.ingest import Chunking
 from workers.app import make_app
@@ -54,26 +54,23 @@ def ingest(
         return ingest_source(origin, target, chunking, meta, dispatch=dispatch)
 
 
-def _run(app: Celery, jobs: list[IngestJob], on_progress: Callable[[int, int], None]) -> Iterator[IngestSummary]:
-    """Send every job, then give each file's summary as its task ends."""
-    pending = [(job, app.send_task(TASK, args=[job.model_dump(mode="json")])) for job in jobs]
-    done, total = 0, len(pending)
-    on_progress(done, total)
-    while pending:
-        still = []
-        for job, result in pending:
-            if not result.ready():
-                still.append((job, result))
-                continue
-            value = result.get(propagate=False, disable_sync_subtasks=False)  # ready: it does not block
-            result.forget()
-            done += 1
-            if isinstance(value, BaseException):  # the task base stores every failure; this is the broker's
-                yield IngestSummary(sources=1, failed=1, failures=[f"{job.uri}: {type(value).__name__}: {value}"])
-            else:
-                yield IngestSummary.model_validate(value)
-        if len(still) != len(pending):
-            on_progress(done, total)
-        pending = still
-        if pending:
-            time.sleep(POLL_S)
+def _run(app: Celery, jobs: list[IngestJob], on_progress: Callable[[int, int], None]) -> list[IngestSummary]:
+    """Send every job, then collect each file's summary as its task ends (one bulk read of the
+    result backend per poll, however many are pending)."""
+    results = ResultSet([app.send_task(TASK, args=[job.model_dump(mode="json")]) for job in jobs], app=app)
+    source_of = {result.id: job.uri for result, job in zip(results.results, jobs)}
+    summaries: list[IngestSummary] = []
+    on_progress(0, len(jobs))
+
+    def arrived(task_id: str, value: object) -> None:
+        if isinstance(value, BaseException):  # the task base stores every failure; this is the broker's
+            failure = f"{source_of[task_id]}: {type(value).__name__}: {value}"
+            summaries.append(IngestSummary(sources=1, failed=1, failures=[failure]))
+        else:
+            summaries.append(IngestSummary.model_validate(value))
+        on_progress(len(summaries), len(jobs))
+
+    # the embedded worker runs in this process: the join waits on results that are not its own subtasks
+    results.join_native(propagate=False, interval=POLL_S, callback=arrived, disable_sync_subtasks=False)
+    results.forget()
+    return summaries

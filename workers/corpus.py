@@ -157,7 +157,9 @@ class Corpus:
             return key, get_model(self.store, key, FilingInput)
         except KeyError:
             pass
-        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget)
+        counted = filing.exact_tokens and filing.encoding == encoding  # the ingest counted them with this tokenizer
+        counts = [c.tokens for c in filing.chunks] if counted else None
+        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget, counts=counts)
         shared = FilingInput(
             filing_id=filing.id,
             version=filing.version,

@@ -49,9 +49,10 @@ class Runtime:
         return self._stores[uri]
 
     def counter(self, encoding: str) -> TokenCounter:
-        """One token counter per encoding and process: loading an encoding takes a while."""
+        """One token counter per encoding and process (loading one takes a while), on one thread:
+        worker processes are the unit of scale, one per core."""
         if encoding not in self._counters:
-            self._counters[encoding] = TokenCounter(encoding)
+            self._counters[encoding] = TokenCounter(encoding, threads=1)
         return self._counters[encoding]
 
     @cached_property

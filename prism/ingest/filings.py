@@ -128,6 +128,7 @@ def _filing(
         chunks=chunks,
         tokens=sum(c.tokens for c in chunks),
         exact_tokens=counter.exact,
+        encoding=counter.encoding.name if counter.encoding is not None else None,
         flags=flags,
     )
 
