@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from importlib.resources import files
@@ -20,6 +21,7 @@ from producer.plan import RunSpec
 from producer.runs import RunEnd, RunError, Runs, check_run_id, new_run_id
 from producer.state import RunState, cost_report
 from workers import logs
+from workers.ledger import last_over
 from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings, SettingsProblem, load_settings
 from workers.store import open_input, open_store
@@ -107,6 +109,13 @@ def run(
         int | None,
         typer.Option("--filings", min=1, help="Top-F filings ranked per question (PRISM_FILINGS_PER_QUESTION)."),
     ] = None,
+    new: Annotated[
+        bool,
+        typer.Option(
+            "--new",
+            help="Nightly: start from the last run over --corpus; questions with nothing new in scope are reused at $0.",
+        ),
+    ] = False,
 ) -> None:
     """Plan, enqueue, wait with a progress bar, write the report and print a summary.
 
@@ -118,6 +127,8 @@ def run(
         raise RunError("--questions and --corpus go together: a question set runs over a corpus")
     if questions is not None and input is not None:
         raise RunError(f"{input}: give INPUT or --questions, not both")
+    if new and corpus is None:
+        raise RunError("--new goes with --questions and --corpus: it starts from the last run over a corpus")
     flags = {
         "doc_ranker": doc_ranker,
         "chunk_ranker": chunk_ranker,
@@ -143,6 +154,12 @@ def run(
         limit=limit,
         corpus=corpus,
     )
+    if new:
+        assert corpus is not None
+        since = last_over(open_store(settings.results, settings), corpus)
+        if since is None:
+            console.print(f"--new: no earlier run over {corpus} in {settings.results}; every question is planned")
+        spec = replace(spec, since=since)
     runs = _runs(settings)
     _print_settings(settings, spec, questions or input or SAMPLE)
     _end(runs.start(spec, wait, timeout), wait)

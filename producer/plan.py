@@ -45,6 +45,7 @@ class Plan:
     not_enqueued: int = 0  # left pending: the run's budget was spent while planning
     warnings: int = 0  # rows that run, with something said about them (warnings.jsonl)
     out_of_scope: int = 0  # questions whose scope holds no filing: a stored failure each
+    changes: dict | None = None  # a `--new` run: what changed since the run it starts from
     seconds: float = 0.0
     progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)
 
@@ -77,6 +78,7 @@ class RunSpec:
     reuse: bool = True
     limit: int | None = None  # plan at most this many queries
     corpus: str | None = None  # a question set over this corpus (input is the question set)
+    since: str | None = None  # `--new`: the last run over the corpus, whose unchanged questions are copied
 
 
 def input_files(uri: str, settings: Settings) -> list[str]:
@@ -240,6 +242,14 @@ def _reuse(store: Store, layout: RunLayout, task: Task, query_id: str, jid: str)
     """Copy an earlier run's result for the same job id into this run; nothing is spent."""
     try:
         earlier_key = store.get(RunLayout.index(jid)).decode()
+    except KeyError:
+        return False
+    return copy_result(store, layout, task, query_id, earlier_key)
+
+
+def copy_result(store: Store, layout: RunLayout, task: Task, query_id: str, earlier_key: str) -> bool:
+    """An earlier run's result as this run's, with no calls (nothing is spent) and where it came from."""
+    try:
         earlier = get_model(store, earlier_key, JobResult)
     except KeyError:
         return False

@@ -32,7 +32,7 @@ from workers.app import make_app
 from workers.budget import RunBudget
 from workers.corpus import Corpus
 from workers.embedded import embedded_worker
-from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys, progress_name
+from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, mark_last_over, outcome_keys, progress_name
 from workers.settings import Settings
 from workers.store import Store, get_model, open_store, put_model
 
@@ -91,6 +91,7 @@ class Runs:
             budget_usd=spec.budget_usd,
             reuse=spec.reuse,
             corpus=spec.corpus,
+            since=spec.since,
         )
         return self._execute(spec, manifest, wait, timeout)
 
@@ -101,7 +102,14 @@ class Runs:
         if budget is not None and self.runtime.redis is not None:
             RunBudget(self.runtime.redis, run_id, budget).reopen()
         spec = RunSpec(
-            run_id, manifest.input, manifest.results, manifest.config, budget, manifest.reuse, corpus=manifest.corpus
+            run_id,
+            manifest.input,
+            manifest.results,
+            manifest.config,
+            budget,
+            manifest.reuse,
+            corpus=manifest.corpus,
+            since=manifest.since,
         )
         manifest = manifest.model_copy(update={"budget_usd": budget, "finished_at": None, "error": None})
         self.console.print(f"resuming {run_id}: {reopened} job(s) the budget had stopped are pending again")
@@ -129,6 +137,7 @@ class Runs:
                     "status": "running",
                     "owner": OWNER if self.settings.embedded else None,
                     "counts": plan.counts(),
+                    "changes": plan.changes or manifest.changes,
                     "timings": manifest.timings | {"plan_s": plan.seconds},
                 }
             )
@@ -163,6 +172,15 @@ class Runs:
             f"{plan.enqueued} ({plan.segments} segments), already done {plan.already_done}, reused {plan.reused}, "
             f"left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
         )
+        if plan.changes:
+            c = plan.changes
+            self.console.print(
+                f"since run {c['since']}: {c['new_filings']} new and {c['changed_filings']} changed filings, "
+                f"{c['new_questions']} new and {c['changed_questions']} changed questions; "
+                f"{c['questions_with_changed_filings']} questions planned again for a changed filing in scope, "
+                f"{c['unchanged_questions']} unchanged (their results reused at $0)"
+                + ("" if c["same_config"] else "; the configuration changed, so every question is planned")
+            )
         plan.progress_base = base
         return plan
 
@@ -311,6 +329,8 @@ class Runs:
         )
         corpus = Corpus(self.runtime.store(manifest.corpus)) if manifest.corpus else None
         cost, metrics = report.write(state, manifest, pending, corpus)
+        if manifest.corpus and status in ("complete", "incomplete"):
+            mark_last_over(state.store, manifest.corpus, manifest.run_id)
         return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
 
     # -- reading runs ------------------------------------------------------------------------
