@@ -173,14 +173,7 @@ class Runs:
             f"left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
         )
         if plan.changes:
-            c = plan.changes
-            self.console.print(
-                f"since run {c['since']}: {c['new_filings']} new and {c['changed_filings']} changed filings, "
-                f"{c['new_questions']} new and {c['changed_questions']} changed questions; "
-                f"{c['questions_with_changed_filings']} questions planned again for a changed filing in scope, "
-                f"{c['unchanged_questions']} unchanged (their results reused at $0)"
-                + ("" if c["same_config"] else "; the configuration changed, so every question is planned")
-            )
+            self.console.print(report.changes_text(plan.changes))
         plan.progress_base = base
         return plan
 

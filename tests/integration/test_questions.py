@@ -147,6 +147,7 @@ def test_nightly_new_over_a_fleet_ranks_only_the_questions_whose_filing_changed(
     manifest = json.loads(get("manifest.json"))
     assert manifest["status"] == "complete" and manifest["since"] == "night-1"
     assert manifest["changes"]["changed_filings"] == 1 and manifest["changes"]["unchanged_questions"] == 2
+    assert "since run night-1: 0 new and 1 changed filings" in get("report.md").decode()
     table = list(csv.DictReader(io.StringIO(get("evidence.csv").decode())))
     best = {}
     for row in table:
