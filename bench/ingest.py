@@ -32,7 +32,8 @@ SEGMENT_TOKENS = 32_000  # RunConfig's default segment budget: what a run's chun
 
 
 def row_layout_bytes(counter: TokenCounter) -> tuple[int, int]:
-    """Bytes of runs/<id>/inputs/<query_id>.json for every page row (as the producer writes them)."""
+    """Bytes of one runs/<id>/inputs/<query_id>.json per page row: the row-per-question layout (the
+    whole candidate list stored once per question), the baseline of stored_bytes_ratio."""
     queries = load_queries(PAGES)
     total = sum(
         len(prepare(q.question, q.candidates, counter, SEGMENT_TOKENS).model_dump_json(indent=1).encode())

@@ -1,4 +1,6 @@
 """Read the input, check every row, and enqueue one job per valid query that still needs one.
+Chunk rows whose candidate lists are identical (questions over one filing) share one stored
+input; the question travels in the job message.
 
 A query whose result this run already holds is skipped (rerun, resume); one that an earlier run
 ranked with the same job id (same input, same config) is copied over instead of ranked again
@@ -8,6 +10,7 @@ plans in flat memory; the plan and the qrels are spooled to disk and stored at t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import time
@@ -126,6 +129,7 @@ def plan_run(
     listed = outcome_keys(store, spec.run_id)
     files = input_files(spec.input, settings)
     first_line: dict[str, str] = {}
+    shared: dict[str, chunks.Level] = {}  # the segments of each filing input stored, by its candidates' digest
     spools = {name: tempfile.TemporaryFile() for name in ("plan.jsonl", "qrels.jsonl", "warnings.jsonl")}
     plan_file, qrels_file, warnings_file = spools.values()
     try:
@@ -147,7 +151,7 @@ def plan_run(
             if item.qrel:
                 row = {"query_id": item.id, "qrel": item.qrel, "answer": item.answer}
                 qrels_file.write(json.dumps(row).encode() + b"\n")
-            state = _plan_query(item, source, spec, store, layout, counter, plan, listed, budget_spent, gateway)
+            state = _plan_query(item, source, spec, store, layout, counter, plan, listed, budget_spent, gateway, shared)
             row = {"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}
             plan_file.write(json.dumps(row).encode() + b"\n")
             on_query(plan)
@@ -189,6 +193,7 @@ def _plan_query(
     listed: set[str],
     budget_spent: Callable[[], bool],
     gateway: Gateway | None,
+    shared: dict[str, chunks.Level],
 ) -> str:
     if q.task == "documents":
         plan.documents += 1
@@ -218,6 +223,18 @@ def _plan_query(
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
         return "enqueued"
     budget = spec.config.segment_tokens
+    if not spec.config.prefilter_keep:  # rows over one filing (identical candidates) share its input
+        digest = hashlib.sha256(json.dumps(q.candidates, ensure_ascii=False).encode()).hexdigest()[:24]
+        key = layout.input(f"filing-{digest}")
+        if digest not in shared:
+            data = chunks.prepare("", q.candidates, counter, budget)
+            put_model(store, key, data)  # stored before the jobs that read it are enqueued
+            shared[digest] = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)
+        level = shared[digest]
+        job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
+        enqueue_level(job, 0, level)
+        plan.segments += len(level.segments)
+        return "enqueued"
     with recording() as calls:  # a pre-filter on an API embedder is paid: keep its calls
         data = chunks.prepare(
             q.question,
