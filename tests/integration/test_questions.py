@@ -158,3 +158,36 @@ def test_nightly_new_over_a_fleet_ranks_only_the_questions_whose_filing_changed(
     assert (best["rev22"]["filing_id"], best["rev22"]["page"]) == ("acme_2022_10k", "2")
     cost = json.loads(get("cost.json"))
     assert cost["total"]["calls"] > 0 and {j["query_id"] for j in cost["jobs"]} == {"gadgets@beta_2023_10k"}
+
+
+def test_the_evidence_ranker_answers_each_question_from_the_pages_it_cites(tmp_path, simulator):
+    from prism.testing.simulator import SimulatorConfig
+
+    simulator.config = SimulatorConfig(mode="lexical")
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    for name, pages in PAGES.items():
+        (folder / f"{name}.pdf").write_bytes(pdf(pages))
+        year = int(name.split("_")[1])
+        (folder / f"{name}.meta.json").write_text(json.dumps({"company": "Acme", "form_type": "10-K", "year": year}))
+    questions = tmp_path / "questions.jsonl"
+    row = {"id": "rev22", "question": "What was widget revenue in FY2022?", "scope": {"company": "Acme"}}
+    questions.write_text(json.dumps(row) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRISM_", "OPENAI_"))}
+    env |= {"PRISM_RESULTS": str(tmp_path / "res"), "PRISM_LLM_BASE_URL": simulator.url, "PRISM_LLM_API_KEY": "sk-x"}
+    env |= {"PRISM_CHUNK_RANKER": "evidence"}
+    prism = str(Path(sys.executable).parent / "prism")
+    corpus = str(tmp_path / "corpus")
+    assert (
+        subprocess.run([prism, "ingest", str(folder), "--corpus", corpus], env=env, capture_output=True).returncode == 0
+    )
+    cmd = [prism, "run", "--questions", str(questions), "--corpus", corpus, "--run-id", "ev"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = tmp_path / "res" / "runs" / "ev"
+    table = list(csv.DictReader(io.StringIO((out / "evidence.csv").read_text())))
+    assert table and all(r["filing_id"] == "acme_2022_10k" for r in table)
+    answer = table[0]["answer"]
+    assert answer and all(r["answer"] == answer for r in table)  # one answer per question, every row its citation
+    assert "Widget revenue" in answer  # the simulator answers from the passage it was given
+    assert f"answer: {answer[:50]}" in (out / "report.md").read_text()
