@@ -8,8 +8,10 @@ are FinanceBench's evidence pages over (filing, page): evidence from another fil
 
 Then the same question set through the fleet (SeaweedFS, Redis, two celery worker processes) with
 the LLM path on the oracle simulator (noise 0.2: a fifth of the grades replaced by random ones):
-the `oracle_` keys. The simulator ranks from FinanceBench's page grades, so those keys check the
-pipeline around the LLM (filing choice, segments, aggregation, evidence), not a model.
+the `oracle_` keys. Each question's form types are ranked first by the LLM (document jobs), then
+its filing is chosen and its pages ranked. The simulator ranks from FinanceBench's graded form
+types and pages, so those keys check the pipeline around the LLM (document ranking, filing choice,
+segments, aggregation, evidence), not a model.
 
 evidence_page_num is 0-based (the derived rows' chunk index, checked against the page texts in
 SOURCE.md); the question set gives 1-based pages, as a PDF viewer shows them.
@@ -32,6 +34,7 @@ from workers.store import LocalStore
 
 DOC_INFO = SHARED / "financebench" / "financebench_document_information.jsonl"
 QUESTIONS = SHARED / "financebench" / "financebench_open_source.jsonl"
+DOC_RANKING = SHARED / "financebench" / "financebench_document_ranking.jsonl"  # graded filing types per question
 
 
 def question_set(path: Path) -> int:
@@ -60,7 +63,7 @@ def oracle_fleet(questions: Path, work: Path) -> dict:
     from workers.testing import prism_cli
 
     with Simulator(SimulatorConfig(mode="oracle", noise=0.2, seed=7)) as sim:
-        sim.add_queries(load_queries(PAGES))
+        sim.add_queries(load_queries(PAGES) + load_queries(DOC_RANKING))  # pages, and the form types
         with Fleet(sim, work / "fleet") as fleet:
             ingest_source(PAGES, S3Store(fleet.bucket, "corpus", fleet.s3.client()), meta=DOC_INFO)
             fleet.start_workers(2, concurrency=1)

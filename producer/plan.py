@@ -49,6 +49,7 @@ class Plan:
     warnings: int = 0  # rows that run, with something said about them (warnings.jsonl)
     out_of_scope: int = 0  # questions whose scope holds no filing: a stored failure each
     changes: dict | None = None  # a `--new` run: what changed since the run it starts from
+    awaiting: int = 0  # questions whose filings are chosen once their document ranking is done
     seconds: float = 0.0
     progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)
 

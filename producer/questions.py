@@ -19,16 +19,17 @@ from collections.abc import Callable
 
 from prism.datasets import InputFileError, RowError
 from prism.ingest.models import Filing, FilingMeta
-from prism.models import FILING_TYPES, Failure, RunConfig, RunManifest
+from prism.models import FILING_TYPES, Failure, JobResult, Query, RunConfig, RunManifest, job_id
 from prism.periods import choose_filings, resolve_period
+from prism.prior import DocPrior
 from prism.questions import Question, read_questions
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from producer.plan import Plan, RunSpec, _invalid, _reuse, copy_result
-from tasks.ranking import enqueue_level
+from tasks.ranking import enqueue_documents, enqueue_level
 from workers.corpus import Corpus
 from workers.ledger import Outcome, RunLayout, has_outcome, outcome_keys
-from workers.messages import ChunkJob
+from workers.messages import ChunkJob, DocumentJob
 from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
 from workers.store import Store, get_model, open_input, open_store, put_model
@@ -114,9 +115,17 @@ def plan_questions(
                 continue
             if earlier is not None:
                 earlier.note_planned(q)
+            if spec.config.doc_ranker == "prior":
+                form_scores, ranked_by = _prior_scores(prior, q), "prior"
+            else:
+                scored, state = _ranked_forms(spec, store, layout, q, prior, plan, listed, budget_spent)
+                row = {"query_id": q.id, "question_id": q.id, "task": "documents", "line": q.line, "state": state}
+                spools["plan.jsonl"].write(json.dumps(row | {"source": spec.input}).encode() + b"\n")
+                if scored is None:  # its document ranking is on the fleet: its filings are chosen next pass
+                    on_query(plan)
+                    continue
+                form_scores, ranked_by = scored
             period = resolve_period(q.question, q.scope.period)
-            predicted = prior.predict([q.question])[0]
-            form_scores = {form: float(v) for form, v in zip(FILING_TYPES, predicted)}
             choices = choose_filings(period, form_scores, pool, settings.filings_per_question, q.scope.form_types)
             record = {
                 "question_id": q.id,
@@ -124,6 +133,7 @@ def plan_questions(
                 "line": q.line,
                 "scope": q.scope.model_dump(mode="json"),
                 "period": period.label(),
+                "forms_ranked_by": ranked_by,
                 "qrels": [r.model_dump(mode="json", exclude_none=True) for r in q.qrels],
                 "answer": q.answer,
                 "filings": [
@@ -192,6 +202,53 @@ def _questions(uri: str, settings: Settings):
         yield err
     except OSError as err:
         yield InputFileError(uri, 0, err.strerror or str(err))
+
+
+def _ranked_forms(
+    spec: RunSpec,
+    store: Store,
+    layout: RunLayout,
+    q: Question,
+    prior: DocPrior,
+    plan: Plan,
+    listed: set[str],
+    budget_spent: Callable[[], bool],
+) -> tuple[tuple[dict[str, float], str] | None, str]:
+    """The form types' scores from the question's document ranking (a document job of this run,
+    ranked on the fleet by the configured ranker), and its plan state; no scores while it is not
+    done (enqueued here when it has no outcome yet). A ranking that failed falls back to the
+    prior, and says so."""
+    plan.documents += 1
+    job = Query(id=q.id, task="documents", question=q.question, candidates=list(FILING_TYPES), line=q.line)
+    jid = job_id(job, spec.config)
+    done = has_outcome(listed, spec.run_id, "documents", q.id)
+    if done or (spec.reuse and _reuse(store, layout, "documents", q.id, jid)):
+        plan.already_done += done
+        plan.reused += not done
+        state = "done" if done else "reused"
+        try:
+            ranking = get_model(store, layout.result("documents", q.id), JobResult).ranking
+        except KeyError:  # it failed: its failure is stored, and the prior stands in
+            return (_prior_scores(prior, q), f"prior ({spec.config.doc_ranker} document ranking failed)"), state
+        positions = {i: p for p, i in enumerate(ranking.indices)}
+        n = len(FILING_TYPES)
+        scores = {f: float(n - positions.get(i, n)) for i, f in enumerate(FILING_TYPES)}
+        return (scores, str(spec.config.doc_ranker)), state
+    plan.awaiting += 1
+    if budget_spent():
+        plan.not_enqueued += 1
+        return None, Outcome.PENDING.value
+    common = dict(run_id=spec.run_id, results=spec.results, job_id=jid, query_id=q.id, line=q.line, source=spec.input)
+    enqueue_documents(
+        DocumentJob(
+            question=q.question, candidates=job.candidates, config=spec.config, budget_usd=spec.budget_usd, **common
+        )
+    )
+    return None, "enqueued"
+
+
+def _prior_scores(prior: DocPrior, q: Question) -> dict[str, float]:
+    return {f: float(v) for f, v in zip(FILING_TYPES, prior.predict([q.question])[0])}
 
 
 def _no_filing(store: Store, layout: RunLayout, spec: RunSpec, q: Question, period: str, listed: set[str]) -> str:

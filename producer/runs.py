@@ -148,10 +148,23 @@ class Runs:
                 put_model(store, RunLayout(spec.run_id).file("manifest.json"), failed)
                 raise RunError(error)
             if not wait:
+                if plan.awaiting:
+                    self.console.print(
+                        f"{plan.awaiting} questions wait on their document ranking: `prism resume {spec.run_id}` "
+                        "chooses their filings once it is done"
+                    )
                 return RunEnd(manifest)
             state, requeues = self.watch(
                 RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent)
             )
+            if plan.awaiting:  # a question set: its filings are chosen from the document rankings just done
+                plan = self._plan(spec, store, spent)
+                manifest = manifest.model_copy(update={"counts": plan.counts()})
+                put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
+                state, more = self.watch(
+                    RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent)
+                )
+                requeues += more
         manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues})
         return self.finalize(state, manifest, spent())
 

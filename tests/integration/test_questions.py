@@ -144,6 +144,10 @@ def test_nightly_new_over_a_fleet_ranks_only_the_questions_whose_filing_changed(
     plan = {r["query_id"]: r for r in map(json.loads, get("plan.jsonl").decode().splitlines())}
     assert plan["rev22@acme_2022_10k"]["state"] == "reused" and plan["rev22@acme_2022_10k"]["since"] == "night-1"
     assert plan["gadgets@beta_2023_10k"]["state"] == "enqueued"
+    # its form types were ranked by the LLM on the fleet last night, and that ranking is reused
+    assert (plan["gadgets"]["task"], plan["gadgets"]["state"]) == ("documents", "reused")
+    asked_questions = {r["question_id"]: r for r in map(json.loads, get("questions.jsonl").decode().splitlines())}
+    assert asked_questions["gadgets"]["forms_ranked_by"] == "llm"
     manifest = json.loads(get("manifest.json"))
     assert manifest["status"] == "complete" and manifest["since"] == "night-1"
     assert manifest["changes"]["changed_filings"] == 1 and manifest["changes"]["unchanged_questions"] == 2
