@@ -221,6 +221,7 @@ def ingest(
             Chunking(chunk_tokens=chunk_tokens),
             meta,
             on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+            on_note=lambda text: bar.console.print(f"[yellow]{text}[/yellow]"),
         )
     console.print(
         f"{summary.sources} sources: {summary.ingested} filings ingested, {summary.new_versions} new versions, "

@@ -184,3 +184,30 @@ def test_fleet_ingest_runs_one_task_per_file_on_workers_and_stores_each_filing_i
         assert corpus.store.exists(key), key
     logs = "".join(p.read_text() for p in tmp_path.glob("worker-*.log"))
     assert logs.count("prism.ingest_file") >= 4  # the tasks ran on the workers, not in the producer
+
+
+def test_fleet_ingest_with_no_worker_says_so_and_ends_when_one_starts(tmp_path, redis_url, s3_server, start_worker):
+    import time
+
+    import redis
+
+    from workers.testing import fleet_env
+
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("# Outlook\n\nWe expect growth.")
+    env = fleet_env(redis_url, s3_server, None, PRISM_STALL_S="2")
+    cmd = [str(Path(sys.executable).parent / "prism"), "ingest", str(folder), "--corpus", str(tmp_path / "corpus")]
+    producer = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    broker = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 120
+    while not broker.llen("celery") and time.monotonic() < deadline:  # the producer starts, then sends
+        time.sleep(0.2)
+    time.sleep(4)  # twice PRISM_STALL_S with the task queued and no worker
+    assert producer.poll() is None, producer.communicate()[1]
+    assert broker.llen("celery") == 1  # waiting: the task is queued, not lost
+    start_worker(env, 1)
+    _, err = producer.communicate(timeout=120)
+    assert producer.returncode == 0, err
+    assert "no ingest task has ended for 2 s (PRISM_STALL_S): are workers running" in err
+    assert "1 sources: 1 filings ingested" in err
