@@ -30,13 +30,18 @@ PAGES = {
 }
 
 
-def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
-    folder = tmp_path / "filings"
+def acme_filings(folder: Path) -> Path:
+    """Acme's two annual reports as PDFs, each with its metadata beside it."""
     folder.mkdir()
     for name, pages in PAGES.items():
         (folder / f"{name}.pdf").write_bytes(pdf(pages))
         year = int(name.split("_")[1])
         (folder / f"{name}.meta.json").write_text(json.dumps({"company": "Acme", "form_type": "10-K", "year": year}))
+    return folder
+
+
+def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
+    folder = acme_filings(tmp_path / "filings")
     questions = tmp_path / "questions.jsonl"
     rows = [
         {
@@ -168,12 +173,7 @@ def test_the_evidence_ranker_answers_each_question_from_the_pages_it_cites(tmp_p
     from prism.testing.simulator import SimulatorConfig
 
     simulator.config = SimulatorConfig(mode="lexical")
-    folder = tmp_path / "filings"
-    folder.mkdir()
-    for name, pages in PAGES.items():
-        (folder / f"{name}.pdf").write_bytes(pdf(pages))
-        year = int(name.split("_")[1])
-        (folder / f"{name}.meta.json").write_text(json.dumps({"company": "Acme", "form_type": "10-K", "year": year}))
+    folder = acme_filings(tmp_path / "filings")
     questions = tmp_path / "questions.jsonl"
     row = {"id": "rev22", "question": "What was widget revenue in FY2022?", "scope": {"company": "Acme"}}
     questions.write_text(json.dumps(row) + "\n")
