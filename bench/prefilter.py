@@ -6,7 +6,8 @@ gateway. With the pre-filter, only the M pages that its scorer ranks best reach 
 (M = 45 for the headline figures, about a third of a median filing; 30 and 20 as well).
 Tokens are what the simulator billed (prompt + completion) per query. The scorer is the
 default "financial" retriever; `--dense lsa` fuses BM25 with per-filing LSA instead, and
-`--dense minilm` with MiniLM (the [local] extra; slow on 2 cores).
+`--dense minilm` with MiniLM (the [minilm] extra; slow on 2 cores), and `--dense financial-minilm`
+is the financial retriever with MiniLM as one more signal.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from _common import PAGES, report
 
 from prism.datasets import load_queries
 from prism.embeddings import local_embedder
+from prism.hybrid import SCORERS
 from prism.llm import Endpoint, Gateway, RetryPolicy, recording
 from prism.metrics import evaluate
 from prism.models import RunConfig
@@ -43,7 +45,7 @@ def main() -> None:
         gateway = Gateway(Endpoint(base_url=sim.url, api_key="sk-bench"), PriceTable.load(), RetryPolicy(timeout_s=600))
         segments, rerank = build_ranker(config, "segments", gateway), build_ranker(config, "rerank", gateway)
 
-        dense = DENSE if DENSE in ("financial", "lsa") else local_embedder(DENSE)
+        dense = DENSE if DENSE in SCORERS else local_embedder(DENSE)
 
         def one(q, keep):
             data = prepare(q.question, q.candidates, counter, budget, keep, dense)

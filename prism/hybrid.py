@@ -5,6 +5,8 @@ The scorer named "financial" is the financial-page retriever of :mod:`prism.retr
 LSA and the question's metric, statement and period cues, fused by fitted weights), used alone:
 it already holds BM25. It is the default: on the FinanceBench pages it keeps the evidence in
 the best 45 pages for 0.98 of the questions (BM25 + LSA: 0.84), at NDCG@5 0.64 (0.31).
+"financial-minilm" adds MiniLM as one more of its signals (the [minilm] extra; about 40 times
+the CPU for one more question kept in 30% of the tokens).
 
 Dense scores come from an embedder, or by default ("lsa") from latent semantic analysis of the
 filing itself: TF-IDF of its chunks reduced by SVD, fitted per filing in milliseconds, $0 and
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from prism.embeddings import Embedder, embedder, normalize
+from prism.embeddings import Embedder, embedder, local_embedder, normalize
 from prism.lexical import bm25_scores
 from prism.models import Ranking
 from prism.retrieval import FilingIndex
@@ -52,21 +54,29 @@ def lsa_scores(question: str, texts: Sequence[str], dims: int = 100) -> np.ndarr
     return (normalize(svd.transform(matrix)) @ normalize(svd.transform(query))[0]).astype(float)
 
 
+# Pre-filter scorers that are not an embedder fused with BM25.
+SCORERS = ("financial", "financial-minilm", "lsa")
+
+
 def dense_scorer(name: str, gateway=None) -> str | Embedder:
-    """The scorer by its configured name: "financial", "lsa", a local embedder, or an API model."""
-    return name if name in ("financial", "lsa") else embedder(name, gateway)
+    """The scorer by its configured name: "financial", "financial-minilm" (with the minilm signal,
+    the [minilm] extra), "lsa", a local embedder, or an API model."""
+    if name == "financial-minilm":
+        local_embedder("minilm")  # fails now, with the extra to install, rather than in a task
+    return name if name in SCORERS else embedder(name, gateway)
 
 
 def dense_scores(question: str, texts: Sequence[str], dense: str | Embedder) -> np.ndarray:
-    if isinstance(dense, str):  # "lsa"; "financial" scores on its own, never through here
+    if isinstance(dense, str):  # "lsa"; the financial scorers score on their own, never through here
         return lsa_scores(question, texts)
     vectors = dense.embed([question, *texts])
     return vectors[1:] @ vectors[0]
 
 
 def hybrid_scores(question: str, texts: Sequence[str], dense: str | Embedder = "lsa") -> dict[int, float]:
-    if dense == "financial":
-        return dict(enumerate(FilingIndex(texts).scores(question).tolist()))
+    if dense in ("financial", "financial-minilm"):
+        index = FilingIndex(texts, embedder=local_embedder("minilm") if dense == "financial-minilm" else None)
+        return dict(enumerate(index.scores(question).tolist()))
     return rrf([_order(bm25_scores(question, texts)), _order(dense_scores(question, texts, dense))])
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from prism import prompts
-from prism.embeddings import embedder
+from prism.embeddings import embedder, local_embedder
 from prism.hybrid import HybridRanker, dense_scorer, rrf
 from prism.icl import ExampleStore, examples_for
 from prism.lexical import LexicalRanker
@@ -143,7 +143,7 @@ def build_ranker(
     if kind == "hybrid":
         return HybridRanker(dense_scorer(config.dense, gateway))
     if kind == "financial":
-        return FinancialRanker()
+        return FinancialRanker(embedder=local_embedder("minilm") if config.dense == "financial-minilm" else None)
     if kind in NEEDS_PRIOR and prior is None:
         raise ValueError(f"the documents ranker is {kind!r} but no prior model is loaded")
     if kind == "prior" and prior is not None:

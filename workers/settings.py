@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     llm_api_version: str | None = None
     llm_model: str = "gpt-5-mini"
     llm_models: dict[Stage, str] = {}  # per-stage models, e.g. {"segments": "gpt-5"}
-    embedder: str = "hashed"  # hashed ($0, offline), minilm ([local] extra), or an embeddings model name
+    embedder: str = "hashed"  # hashed ($0, offline), minilm ([minilm] extra), or an embeddings model name
     llm_endpoints: dict[Stage, EndpointOverride] = {}  # per-stage endpoints
     llm_timeout_s: float = Field(120.0, gt=0)
     llm_timeout_retries: int = Field(1, ge=0)  # re-sends of a timed-out request, apart from llm_max_attempts
@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     icl_chunks: int = Field(0, ge=0)
     icl_index: str | None = None  # the example store (prism icl build); a folder or s3:// prefix
     prefilter_keep: int | None = Field(None, ge=1)  # keep this many chunks per filing by the scorer below
-    # financial: the fused financial-page retriever alone ($0); else BM25 fused with this dense
+    # financial: the fused financial-page retriever alone ($0); financial-minilm: with MiniLM; else BM25 fused with this dense
     # half: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
     dense: str = "financial"
     evidence_rounds: int = Field(3, ge=1, le=5)
