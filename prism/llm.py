@@ -361,6 +361,12 @@ class Gateway:
         tier = "flex" if served == "flex" else "standard" if served else tier
         split = self.prices.split(model, usage, tier) if usage else None  # no usage reported: unpriced
         usd = split[0] + split[1] if split else None
+        cache_saved = tier_saved = Decimal(0)
+        if usage is not None and usd is not None:
+            uncached = usage.model_copy(update={"cached_tokens": 0})
+            at_tier = self.prices.usd(model, uncached, tier) or usd
+            cache_saved = at_tier - usd
+            tier_saved = (self.prices.usd(model, uncached) or at_tier) - at_tier
         if budget is not None:
             budget.settle(reserved_usd, usd)
         body = decode(response)
@@ -374,6 +380,8 @@ class Gateway:
             timeouts=timeouts,
             usd=usd,
             input_usd=split[0] if split else None,
+            cache_saved_usd=cache_saved,
+            tier_saved_usd=tier_saved,
             tier=tier,
             prompt_token_gap=prompt_gap(prompt, usage) if check_prompt else None,
         )

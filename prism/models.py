@@ -75,6 +75,10 @@ class CallRecord(BaseModel):
     cached: bool = False  # answered from the response cache: no request, no tokens, $0
     tier: str = "standard"  # the service tier that answered: standard or flex
     input_usd: Decimal | None = None  # the prompt side of usd (cached tokens at their rate)
+    # What the levers saved on this call: cached tokens against the full input rate, and the
+    # tier against standard prices.
+    cache_saved_usd: Decimal = Decimal(0)
+    tier_saved_usd: Decimal = Decimal(0)
 
 
 class Ranking(BaseModel):

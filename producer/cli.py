@@ -505,7 +505,7 @@ def _print_summary(end: RunEnd) -> None:
     )
     unpriced = f" + {total['unpriced_calls']} unpriced call(s)" if total["unpriced_calls"] else ""
     out.print(
-        f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}"
+        f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt ({total.get('cached_tokens', 0)} cached at the provider) + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}"
     )
     if savings := cost.get("savings"):
         usd = savings["usd_saved_estimate"]
