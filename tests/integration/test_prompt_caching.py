@@ -48,7 +48,7 @@ def test_questions_over_one_filing_read_its_prefix_from_the_cache_and_pay_the_ca
     run = read_run(s3_server, bucket, "night")
     assert run["manifest"]["config"]["prompt_layout"] == "question_last"
     calls = [c for r in run["results"] for c in r["calls"]]
-    assert len(calls) == 3 and all(c["error"] is None for c in calls)
+    assert len(calls) == 3 and all(c["error"] is None for c in calls), (run["manifest"]["counts"], run["failures"])
     cached = sorted(c["usage"]["cached_tokens"] for c in calls)
     # The first request warmed the cache before the others went; they read all but the tail.
     assert cached[0] == 0 and all(0 < n and n % 128 == 0 for n in cached[1:])
