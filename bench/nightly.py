@@ -76,6 +76,13 @@ def summary(run: dict) -> dict:
         "wall_s": run["wall_s"],
         "status": run["manifest"]["status"],
         "stages": run["cost"]["by_stage"],
+        # Segment calls that found nothing cached: one per filing segment would be ideal.
+        "cold_segment_calls": sum(
+            1
+            for r in run["results"]
+            for c in r["calls"]
+            if c["stage"] == "segments" and not c["usage"]["cached_tokens"] and c["error"] is None
+        ),
         "pending": run["manifest"]["counts"].get("pending", 0),
     }
 
@@ -115,7 +122,9 @@ def main() -> None:
                 # The workers read the tier and the key option at start: a fresh fleet per run.
                 fleet.stop_workers()
                 fleet.start_workers(args.workers, concurrency=2, **levers)
+                spills = sim.prompt_cache.spills if sim.prompt_cache else 0
                 runs[name] = summary(fleet.run(source, f"nightly-{name}", **levers))
+                runs[name]["spills"] = (sim.prompt_cache.spills if sim.prompt_cache else 0) - spills
         base, flex = runs["baseline"], runs["flex"]
         expected = len(lines)
         for name, s in runs.items():
@@ -129,6 +138,8 @@ def main() -> None:
                 usd=float(s["usd"]),
                 status=s["status"],
                 pending=s["pending"],
+                cold_segment_calls=s["cold_segment_calls"],
+                spilled_requests=s["spills"],
                 **{
                     f"{stage}_{what}": v[f"{what}_tokens"]
                     for stage, v in s["stages"].items()

@@ -101,7 +101,7 @@ class FleetLimiter:
         self.prompt_item = parse(f"{prompt_rpm}/minute")
         self.marks = WarmMarks(marks)
         self.warmup_ttl_s = warmup_ttl_s  # a warm-up claim lapses after this, should its holder die
-        self._warming: set[str] = set()  # keys whose warm-up this process holds
+        self._warming: dict[str, int] = {}  # key -> the thread that holds its warm-up
 
     def _limits(self, model: str) -> dict[str, RateLimitItem]:
         return self.items.get(model) or self.items.get("*") or {}
@@ -120,9 +120,9 @@ class FleetLimiter:
 
     def _prompt(self, key: str, started: float) -> None:
         """Wait for the key's warm-up (or take it), then a place under the per-key rate."""
-        while not self.marks.warm(key) and key not in self._warming:
+        while not self.marks.warm(key) and self._warming.get(key) != threading.get_ident():
             if self.marks.claim(key, self.warmup_ttl_s):
-                self._warming.add(key)
+                self._warming[key] = threading.get_ident()
                 break
             if time.monotonic() - started + 0.1 > self.max_block_s:
                 self.waited_s += time.monotonic() - started
@@ -138,8 +138,8 @@ class FleetLimiter:
             time.sleep(min(wait, 0.5))
 
     def _release(self, key: str | None, ok: bool) -> None:
-        if key is not None and key in self._warming:
-            self._warming.discard(key)
+        if key is not None and self._warming.get(key) == threading.get_ident():
+            del self._warming[key]
             self.marks.done(key, ok)
 
     def _acquire(self, endpoint: str, model: str, tokens: int, started: float) -> None:
