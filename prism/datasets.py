@@ -37,7 +37,7 @@ from prism.models import FILING_TYPES, Query, Task
 
 MARKERS: dict[Task, str] = {"documents": "[Document Index {}] ", "chunks": "[Chunk Index {}] "}
 # Instructions that may follow the last candidate in a FinAgentBench prompt.
-TRAILERS = ("\nTask: ", "\n\nYour response", "\nResponse Format:", "\n\nReturn ", "\n\nPicked so far:")
+TRAILERS = ("\nTask: ", "\n\nYour response", "\nResponse Format:", "\n\nReturn ", "\n\nPicked so far:", "\n\nQuestion:")
 # Deeper lines are refused: no query nests this deep.
 MAX_DEPTH = 64
 # Carried by the FinanceBench-derived rows: read past without a warning.
@@ -166,7 +166,8 @@ def parse_row(raw: bytes | str, line: int, warnings: list[RowWarning] | None = N
 
 
 def split_prompt(content: str) -> tuple[Task, str, list[str]]:
-    """The task, the question and the numbered candidates written in one prompt.
+    """The task, the question and the numbered candidates written in one prompt, whether the
+    question comes before the candidates or after them (the two prompt layouts).
 
     Raises ValueError when the prompt holds no ``Question:`` or no candidate 0, when the question
     is empty, or when the candidate markers skip or repeat an index."""
@@ -174,7 +175,6 @@ def split_prompt(content: str) -> tuple[Task, str, list[str]]:
     if task is None:
         raise ValueError("no '[Document Index 0]' or '[Chunk Index 0]' candidate in the prompt")
     first = content.find(MARKERS[task].format(0))
-    question = _question(content, first)
     marks = list(_MARKER[task].finditer(content, first))
     for expected, mark in enumerate(marks):
         index = int(mark.group(1))
@@ -186,12 +186,21 @@ def split_prompt(content: str) -> tuple[Task, str, list[str]]:
     candidates = [content[start : mark.start()].strip() for start, mark in zip(starts, marks[1:])]
     # The earliest of the trailing instructions; rfind, since a text may quote one too.
     ends = [at for t in TRAILERS if (at := content.rfind(t, starts[-1])) >= 0]
-    candidates.append(content[starts[-1] : min(ends, default=len(content))].strip())
-    return task, question, candidates
+    end = min(ends, default=len(content))
+    candidates.append(content[starts[-1] : end].strip())
+    if content.rfind("Question:", 0, first) >= 0:
+        return task, _question(content, first), candidates
+    after = content.rfind("\n\nQuestion:", starts[-1])
+    if after < 0:
+        raise ValueError("no 'Question:' before or after the candidates")
+    # Question last: the question runs to the first blank line after it.
+    stop = content.find("\n\n", after + 2)
+    return task, _question(content[: stop if stop >= 0 else len(content)], None, after), candidates
 
 
-def _question(content: str, before: int) -> str:
-    at = content.rfind("Question:", 0, before)
+def _question(content: str, before: int | None, at: int | None = None) -> str:
+    before = len(content) if before is None else before
+    at = content.rfind("Question:", 0, before) if at is None else content.find("Question:", at)
     if at < 0:
         raise ValueError("no 'Question:' before the candidates")
     # The first line is what follows "Question:" on its own line.

@@ -13,6 +13,11 @@ OpenAI and Azure, ``max_tokens`` for other OpenAI-compatible servers, or both). 
 counts far fewer prompt tokens than were sent (a chat format that drops the system prompt) is
 flagged on the call.
 
+Provider prompt caching: a prompt long enough to be cached (CACHE_MIN_TOKENS) is sent with a
+``prompt_cache_key`` per (model, prefix) that the caller names (a filing segment's content), and
+with 24 h retention where the model has it; the limiter paces each key. The flex tier sends
+``service_tier="flex"``, is priced at half, and its 429 "resource unavailable" is retried.
+
 The cache, the limiter and the budget are interfaces; the fleet backs them with Redis and S3.
 """
 
@@ -26,7 +31,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Literal, Protocol
@@ -40,6 +45,11 @@ from prism.pricing import PriceTable
 from prism.segmenting import TokenCounter
 
 OutputCapParam = Literal["auto", "max_completion_tokens", "max_tokens", "both"]
+# The provider caches prompts of at least this many tokens; shorter ones get no key, no pacing.
+CACHE_MIN_TOKENS = 1024
+# Models that keep a cached prefix for 24 h when asked (others only in memory, minutes).
+RETENTION_24H = re.compile(r"^(gpt-5|gpt-4\.1)(-\d{4}-\d{2}-\d{2})?$")
+FLEX_TIMEOUT_S = 900.0  # flex requests may queue: a longer default timeout
 # The server counted under this share of the prompt tokens sent: part of the prompt was dropped.
 PROMPT_GAP_SHARE = 0.5
 
@@ -82,6 +92,28 @@ class RetryPolicy:
     expected_output_tokens: int = 1000
 
 
+@dataclass(frozen=True)
+class RequestOptions:
+    """What goes with every chat request besides the prompt."""
+
+    service_tier: Literal["standard", "flex"] = "standard"
+    reasoning_effort: Mapping[str, str] = field(default_factory=dict)  # per stage; absent: not sent
+    prompt_cache_key: bool = True
+
+
+def prompt_cache_key(model: str, prefix_id: str) -> str:
+    """One key per (model, shared prefix): the provider routes requests of one key together."""
+    return "prism-" + hashlib.sha256(f"{model}\0{prefix_id}".encode()).hexdigest()[:24]
+
+
+def prefix_id(texts: list[str]) -> str:
+    """A content hash of the candidates a prompt shares with other questions (a filing segment)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(hashlib.sha256(text.encode()).digest())
+    return digest.hexdigest()
+
+
 class Deferred(Exception):
     """Not a failure: the job must wait (rate limit) or stop (budget) and is not done."""
 
@@ -99,20 +131,36 @@ class BudgetExhausted(Deferred):
 class Limiter(Protocol):
     """The provider's requests/min and tokens/min. ``acquire`` blocks a short while, or raises
     RateLimited when the wait would be long; ``settle`` swaps the reservation for the real use
-    and follows the provider's own count from its headers."""
+    and follows the provider's own count from its headers.
+    A ``prompt_key`` is a cached prefix: its first request warms the provider's cache before the
+    others go, and its requests are paced under the provider's per-key rate."""
 
-    def acquire(self, endpoint: str, model: str, tokens: int) -> None: ...
+    def acquire(self, endpoint: str, model: str, tokens: int, prompt_key: str | None = None) -> None: ...
 
     def settle(
-        self, endpoint: str, model: str, reserved: int, used: int | None, headers: Mapping[str, str]
+        self,
+        endpoint: str,
+        model: str,
+        reserved: int,
+        used: int | None,
+        headers: Mapping[str, str],
+        prompt_key: str | None = None,
     ) -> None: ...
 
 
 class NoLimiter:
-    def acquire(self, endpoint: str, model: str, tokens: int) -> None:
+    def acquire(self, endpoint: str, model: str, tokens: int, prompt_key: str | None = None) -> None:
         return None
 
-    def settle(self, endpoint: str, model: str, reserved: int, used: int | None, headers: Mapping[str, str]) -> None:
+    def settle(
+        self,
+        endpoint: str,
+        model: str,
+        reserved: int,
+        used: int | None,
+        headers: Mapping[str, str],
+        prompt_key: str | None = None,
+    ) -> None:
         return None
 
 
@@ -182,12 +230,14 @@ class Gateway:
         policy: RetryPolicy = RetryPolicy(),
         limiter: Limiter | None = None,
         cache: Cache | None = None,
+        options: RequestOptions = RequestOptions(),
     ):
         self.endpoints = endpoints
         self.prices = prices
         self.policy = policy
         self.limiter = limiter or NoLimiter()
         self.cache = cache
+        self.options = options
         self.counter = TokenCounter()
         self._clients: dict[Endpoint, openai.OpenAI] = {}
 
@@ -197,19 +247,38 @@ class Gateway:
         return self.endpoints.get(stage) or Endpoint()
 
     def complete(
-        self, messages: list[dict], *, stage: Stage, model: str, max_output_tokens: int | None = None
+        self,
+        messages: list[dict],
+        *,
+        stage: Stage,
+        model: str,
+        max_output_tokens: int | None = None,
+        shared_prefix: str | None = None,
     ) -> Completion:
-        extra = self.endpoint(stage).cap_fields(max_output_tokens)
+        """``shared_prefix``: an id of the part of the prompt other requests share (see prefix_id)."""
+        extra: dict = dict(self.endpoint(stage).cap_fields(max_output_tokens))
         prompt = self.counter.count("".join(m["content"] for m in messages)) + 4 * len(messages)
+        options, payload = self.options, ["chat", messages, max_output_tokens]
+        if effort := options.reasoning_effort.get(stage):
+            extra["reasoning_effort"] = effort
+            payload.append(effort)  # another effort may answer otherwise
+        if options.service_tier == "flex":
+            extra["service_tier"] = "flex"
+        key = None
+        if options.prompt_cache_key and shared_prefix and prompt >= CACHE_MIN_TOKENS:
+            key = extra["prompt_cache_key"] = prompt_cache_key(model, shared_prefix)
+            if RETENTION_24H.match(model):
+                extra["prompt_cache_retention"] = "24h"
         body, call = self._request(
             stage,
             model,
-            ["chat", messages, max_output_tokens],
+            payload,
             prompt,
             min(max_output_tokens or self.policy.expected_output_tokens, self.policy.expected_output_tokens),
             lambda client: client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra),
             lambda response: {"text": (response.choices[0].message.content if response.choices else None) or ""},
             check_prompt=True,
+            prompt_key=key,
         )
         return Completion(body["text"], call)
 
@@ -227,7 +296,16 @@ class Gateway:
         return body["vectors"]
 
     def _request(
-        self, stage: Stage, model: str, payload: list, prompt: int, output: int, send, decode, check_prompt=False
+        self,
+        stage: Stage,
+        model: str,
+        payload: list,
+        prompt: int,
+        output: int,
+        send,
+        decode,
+        check_prompt=False,
+        prompt_key: str | None = None,
     ) -> tuple[dict, CallRecord]:
         """cache -> budget -> limiter and retries -> usage, price, limits settled -> recorded."""
         endpoint = self.endpoint(stage)
@@ -245,11 +323,12 @@ class Gateway:
             return hit, self._account(call)
         reserved = prompt + output
         budget = _budget.get()
-        reserved_usd = self.prices.usd(model, Usage(prompt_tokens=prompt, completion_tokens=output)) or Decimal(0)
+        tier = "standard" if payload[0] == "embeddings" else self.options.service_tier
+        reserved_usd = self.prices.usd(model, Usage(prompt_tokens=prompt, completion_tokens=output), tier) or Decimal(0)
         if budget is not None:
             budget.reserve(reserved_usd)
         try:
-            response, headers, attempts, throttled, timeouts = self._call(endpoint, model, send, reserved)
+            response, headers, attempts, throttled, timeouts = self._call(endpoint, model, send, reserved, prompt_key)
         except Deferred:
             if budget is not None:
                 budget.settle(reserved_usd, Decimal(0))
@@ -269,14 +348,25 @@ class Gateway:
                     # Refused requests are not billed; a timed-out one may have been generated.
                     usd=None if timeouts else Decimal(0),
                     error=describe(err),
+                    tier=tier,
                 )
             )
             kind = ContextTooLong if is_context_overflow(err) else LlmError
             raise kind(f"{stage} call to {model} failed after {call.attempts} attempt(s): {call.error}", call) from err
 
         usage = _usage(response)
-        self.limiter.settle(endpoint.key, model, reserved, usage.total_tokens if usage else None, headers)
-        usd = self.prices.usd(model, usage) if usage else None  # no usage reported: unpriced
+        self.limiter.settle(endpoint.key, model, reserved, usage.total_tokens if usage else None, headers, prompt_key)
+        # The tier that answered: a flex request may be served at another tier, and billed so.
+        served = getattr(response, "service_tier", None)
+        tier = "flex" if served == "flex" else "standard" if served else tier
+        split = self.prices.split(model, usage, tier) if usage else None  # no usage reported: unpriced
+        usd = split[0] + split[1] if split else None
+        cache_saved = tier_saved = Decimal(0)
+        if usage is not None and usd is not None:
+            uncached = usage.model_copy(update={"cached_tokens": 0})
+            at_tier = self.prices.usd(model, uncached, tier) or usd
+            cache_saved = at_tier - usd
+            tier_saved = (self.prices.usd(model, uncached) or at_tier) - at_tier
         if budget is not None:
             budget.settle(reserved_usd, usd)
         body = decode(response)
@@ -289,33 +379,37 @@ class Gateway:
             throttled=throttled,
             timeouts=timeouts,
             usd=usd,
+            input_usd=split[0] if split else None,
+            cache_saved_usd=cache_saved,
+            tier_saved_usd=tier_saved,
+            tier=tier,
             prompt_token_gap=prompt_gap(prompt, usage) if check_prompt else None,
         )
         if self.cache is not None and all(body.values()):
             self.cache.put(key, body | {"model": model})
         return body, self._account(call)
 
-    def _call(self, endpoint: Endpoint, model: str, send, reserved: int):
+    def _call(self, endpoint: Endpoint, model: str, send, reserved: int, prompt_key: str | None = None):
         client = self._client(endpoint)
         attempts = throttled = timeouts = 0
 
         def attempt():
             nonlocal attempts, throttled, timeouts
             attempts += 1
-            self.limiter.acquire(endpoint.key, model, reserved)
+            self.limiter.acquire(endpoint.key, model, reserved, prompt_key)
             try:
                 raw = send(client)
             except openai.APITimeoutError:
                 timeouts += 1
-                self.limiter.settle(endpoint.key, model, reserved, 0, {})
+                self.limiter.settle(endpoint.key, model, reserved, 0, {}, prompt_key)
                 raise
             except openai.APIStatusError as err:
                 throttled += err.status_code == 429
                 # The provider's count is news even on a refusal; the reservation was not used.
-                self.limiter.settle(endpoint.key, model, reserved, 0, err.response.headers)
+                self.limiter.settle(endpoint.key, model, reserved, 0, err.response.headers, prompt_key)
                 raise
             except openai.OpenAIError:
-                self.limiter.settle(endpoint.key, model, reserved, 0, {})
+                self.limiter.settle(endpoint.key, model, reserved, 0, {}, prompt_key)
                 raise
             return raw.parse(), raw.headers
 
@@ -447,10 +541,12 @@ def _usage(response) -> Usage | None:
     if usage is None:
         return None
     details = getattr(usage, "prompt_tokens_details", None)
+    completion = getattr(usage, "completion_tokens_details", None)
     return Usage(
         prompt_tokens=usage.prompt_tokens or 0,
         cached_tokens=(getattr(details, "cached_tokens", None) or 0) if details else 0,
         completion_tokens=getattr(usage, "completion_tokens", None) or 0,  # embeddings report none
+        reasoning_tokens=(getattr(completion, "reasoning_tokens", None) or 0) if completion else 0,
     )
 
 

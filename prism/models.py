@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prism import registry
-from prism.registry import ChunkRankerName, DocRankerName, PromptVariant, Task
+from prism.registry import ChunkRankerName, DocRankerName, PromptLayout, PromptVariant, Task
 
 # An LLM step. Each may use its own model and endpoint: the five filing types, one segment of
 # a filing, the pool of segment winners, embeddings, or the evidence-selection roles.
@@ -52,6 +52,7 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     cached_tokens: int = 0  # part of prompt_tokens, billed at the cached rate
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # part of completion_tokens: the model's hidden reasoning
 
     @property
     def total_tokens(self) -> int:
@@ -72,6 +73,12 @@ class CallRecord(BaseModel):
     timeouts: int = 0  # attempts that timed out: the provider may have generated, and billed, them
     prompt_token_gap: int | None = None  # prompt tokens the server did not count (far fewer than sent)
     cached: bool = False  # answered from the response cache: no request, no tokens, $0
+    tier: str = "standard"  # the service tier that answered: standard or flex
+    input_usd: Decimal | None = None  # the prompt side of usd (cached tokens at their rate)
+    # What the levers saved on this call: cached tokens against the full input rate, and the
+    # tier against standard prices.
+    cache_saved_usd: Decimal = Decimal(0)
+    tier_saved_usd: Decimal = Decimal(0)
 
 
 class Ranking(BaseModel):
@@ -99,6 +106,7 @@ class RunConfig(BaseModel):
     chunk_ranker: ChunkRankerName = "lexical"
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
+    prompt_layout: PromptLayout = "question_last"
     models: dict[Stage, str] = {
         "documents": "gpt-5-mini",
         "segments": "gpt-5-mini",

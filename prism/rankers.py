@@ -10,7 +10,7 @@ from prism.embeddings import embedder, local_embedder
 from prism.hybrid import HybridRanker, dense_scorer, rrf
 from prism.icl import ExampleStore, examples_for
 from prism.lexical import LexicalRanker
-from prism.llm import ContextTooLong, Gateway, quoted_reply
+from prism.llm import ContextTooLong, Gateway, prefix_id, quoted_reply
 from prism.models import Ranking, RunConfig, Stage, Task
 from prism.parsing import UnparseableReply, parse_ranking
 from prism.prior import DocPrior
@@ -48,14 +48,16 @@ class LlmRanker:
         n, want = len(candidates), min(top_k, len(candidates))
         shots = self.examples(question) if self.examples else ""
         messages = self.prompt.messages(question, list(candidates), want, examples=shots)
-        reply = self._ask(messages)
+        # The candidates (a filing segment) are what other questions share with this prompt.
+        shared = prefix_id(list(candidates))
+        reply = self._ask(messages, shared)
         flags: list = []
         try:
             parsed = parse_ranking(reply, n, want)
         except UnparseableReply as first:
             retry = [*messages, quoted_reply(self.gateway, reply), self.prompt.reminder_message(want, n)]
             try:
-                parsed = parse_ranking(self._ask(retry), n, want)
+                parsed = parse_ranking(self._ask(retry, shared), n, want)
                 flags.append("retried")
             except (UnparseableReply, ContextTooLong) as second:
                 why = "the retry is over the model context" if isinstance(second, ContextTooLong) else second
@@ -70,9 +72,13 @@ class LlmRanker:
             flags.append("repaired")
         return Ranking(indices=indices, flags=flags, notes=notes)
 
-    def _ask(self, messages: list[dict]) -> str:
+    def _ask(self, messages: list[dict], shared: str) -> str:
         return self.gateway.complete(
-            messages, stage=self.stage, model=self.model, max_output_tokens=self.max_output_tokens
+            messages,
+            stage=self.stage,
+            model=self.model,
+            max_output_tokens=self.max_output_tokens,
+            shared_prefix=shared,
         ).text
 
 
@@ -169,7 +175,13 @@ def build_ranker(
             raise ValueError(f"in-context examples are on for {task} but no example store is loaded")
         shots = examples_for(examples, embedder(config.models["embeddings"], gateway), config.icl[task], task)
     llm = LlmRanker(
-        gateway, prompts.load(task, variant), stage, config.models[stage], fallback, config.output_cap(stage), shots
+        gateway,
+        prompts.load(task, variant, config.prompt_layout),
+        stage,
+        config.models[stage],
+        fallback,
+        config.output_cap(stage),
+        shots,
     )
     if kind == "cascade" and prior is not None:
         threshold = config.cascade_threshold if config.cascade_threshold is not None else prior.threshold

@@ -9,6 +9,11 @@ Task = Literal["documents", "chunks"]
 DocRankerName = Literal["llm", "lexical", "prior", "cascade", "fuse", "agents"]
 ChunkRankerName = Literal["llm", "lexical", "hybrid", "financial", "a1", "a2", "a3", "a4", "evidence"]
 PromptVariant = Literal["p1", "p2", "p3", "p4"]
+# Where the question goes: after the candidates, so the questions over one filing share a cached
+# prompt prefix at the provider, or first, as the method's own prompts put it.
+PromptLayout = Literal["question_last", "question_first"]
+ServiceTier = Literal["standard", "flex"]
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 # As settings take them: "auto" picks by whether an LLM is configured.
 DocRankerSetting = Literal["auto", "llm", "lexical", "prior", "cascade", "fuse", "agents"]
 ChunkRankerSetting = Literal["auto", "llm", "lexical", "hybrid", "financial", "a1", "a2", "a3", "a4", "evidence"]
@@ -50,6 +55,12 @@ PROMPTS: dict[str, str] = {
 }
 
 
+LAYOUTS: dict[str, str] = {
+    "question_last": "instructions, then the candidates, then the question and the output contract",
+    "question_first": "instructions, then the question, then the candidates",
+}
+
+
 def names(task: Task) -> tuple[str, ...]:
     return tuple(RANKERS[task])
 
@@ -63,3 +74,4 @@ assert set(get_args(ChunkRankerName)) == set(RANKERS["chunks"]), "ChunkRankerNam
 assert set(get_args(DocRankerSetting)) == {"auto", *RANKERS["documents"]}, "DocRankerSetting disagrees"
 assert set(get_args(ChunkRankerSetting)) == {"auto", *RANKERS["chunks"]}, "ChunkRankerSetting disagrees"
 assert set(get_args(PromptVariant)) == set(PROMPTS), "PromptVariant and PROMPTS disagree"
+assert set(get_args(PromptLayout)) == set(LAYOUTS), "PromptLayout and LAYOUTS disagree"

@@ -45,6 +45,12 @@ class TokenCounter:
             return [self.count(t) for t in texts]
         return [len(ids) for ids in self.encoding.encode_ordinary_batch(list(texts), num_threads=self.threads)]
 
+    def encode(self, text: str) -> list[int]:
+        """Token ids; without the encoding, one pseudo-token per three characters."""
+        if self.encoding is None:
+            return [hash(text[i : i + 3]) & 0xFFFFFFFF for i in range(0, len(text), 3)]
+        return self.encoding.encode_ordinary(text)
+
     def truncate(self, text: str, tokens: int) -> str:
         if self.encoding is None:
             return text[: tokens * 3]

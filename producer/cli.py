@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from importlib.resources import files
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -163,6 +164,48 @@ def run(
     runs = _runs(settings)
     _print_settings(settings, spec, questions or input or SAMPLE)
     _end(runs.start(spec, wait, timeout), wait)
+
+
+@app.command()
+def estimate(
+    input: Annotated[str, typer.Argument(help="A local JSONL input file (plain or gzipped).")],
+    doc_ranker: DocRankerOpt = None,
+    chunk_ranker: ChunkRankerOpt = None,
+    limit: LimitOpt = None,
+    output_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=0, help="Expected output tokens per request, reasoning included (PRISM_LLM_EXPECTED_OUTPUT_TOKENS)."
+        ),
+    ] = None,
+) -> None:
+    """USD of a run over INPUT before any call, per tier, with and without the provider's cache."""
+    from prism.datasets import load_queries
+    from prism.estimate import estimate as run_estimate
+    from prism.pricing import PriceTable
+
+    settings = _settings({"doc_ranker": doc_ranker, "chunk_ranker": chunk_ranker})
+    if not Path(input).is_file():
+        raise RunError(f"{input}: no such local file")
+    config = settings.run_config()
+    expected = output_tokens if output_tokens is not None else settings.llm_expected_output_tokens
+    outputs = {s: min(expected, config.output_cap(s) or expected) for s in config.models}
+    result = run_estimate(
+        load_queries(input, limit), config, PriceTable.load(settings.prices_file), outputs, settings.prompt_cache_key
+    )
+    out = Console(soft_wrap=True)
+    out.print(f"{result.queries} queries, layout {result.layout}, {expected} output tokens expected per request")
+    for stage, s in result.stages.items():
+        out.print(
+            f"{stage}: {s.calls} calls, {s.prompt_tokens} prompt tokens ({s.cached_tokens} cacheable), {s.completion_tokens} output"
+        )
+    u = result.usd
+    out.print(
+        f"USD standard {float(u['standard']):.4f} (with the provider cache {float(u['standard_cached']):.4f}); "
+        f"flex {float(u['flex']):.4f} (with the cache {float(u['flex_cached']):.4f})"
+    )
+    if result.unpriced_models:
+        out.print(f"[yellow]no price for {', '.join(result.unpriced_models)}: left out of the USD figures[/yellow]")
 
 
 @app.command()
@@ -535,7 +578,7 @@ def _print_summary(end: RunEnd) -> None:
     )
     unpriced = f" + {total['unpriced_calls']} unpriced call(s)" if total["unpriced_calls"] else ""
     out.print(
-        f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}"
+        f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt ({total.get('cached_tokens', 0)} cached at the provider) + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}"
     )
     if savings := cost.get("savings"):
         usd = savings["usd_saved_estimate"]

@@ -70,7 +70,8 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         f"failed {c.get('failed', 0)}, pending {c.get('pending', 0)}; reused from earlier runs {c.get('reused', 0)}; "
         f"invalid input rows {c.get('invalid_rows', 0)}",
         f"- rankers: documents `{manifest.config.doc_ranker}` ({manifest.config.doc_prompt}), chunks "
-        f"`{manifest.config.chunk_ranker}` ({manifest.config.chunk_prompt}); wall time {manifest.timings.get('wall_s', 0):.1f} s",
+        f"`{manifest.config.chunk_ranker}` ({manifest.config.chunk_prompt}); prompt layout "
+        f"`{manifest.config.prompt_layout}`; wall time {manifest.timings.get('wall_s', 0):.1f} s",
         *([over] if over else []),
         "",
         "## Cost",
@@ -79,13 +80,21 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = [("total", cost["total"])] + [
-        (f"{kind} {k}", v) for kind in ("by_task", "by_stage", "by_model") for k, v in cost[kind].items()
+        (f"{kind} {k}", v)
+        for kind in ("by_task", "by_stage", "by_model", "by_tier")
+        for k, v in cost.get(kind, {}).items()
     ]
     for name, s in rows:
         out.append(
             f"| {name} | {s['calls']} | {s['cached_calls']} | {s['attempts']} | {s['throttled']} | {s['timeouts']} | "
             f"{s['prompt_tokens']} | {s['cached_tokens']} | {s['completion_tokens']} | {usd_text(s)} | {s['unpriced_calls']} |"
         )
+    if levers := cost.get("savings_by_lever"):
+        out += [
+            "",
+            f"Saved by the provider's prompt cache ${float(levers['provider_cache_usd']):.4f}, by the service tier "
+            f"${float(levers['service_tier_usd']):.4f} (from the recorded usage).",
+        ]
     gaps = [(t, q, c) for q, t, c in state.calls() if c.prompt_token_gap is not None]
     if gaps:
         out += [

@@ -91,7 +91,11 @@ class CostSummary(BaseModel):
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # part of completion_tokens
     usd: Decimal = Decimal(0)  # priced calls only: with any unpriced call the total is unknown
+    input_usd: Decimal = Decimal(0)  # the prompt side of usd
+    cache_saved_usd: Decimal = Decimal(0)  # cached tokens against the full input rate
+    tier_saved_usd: Decimal = Decimal(0)  # flex against standard prices
     usd_known: bool = True
     llm_seconds: float = 0.0
 
@@ -109,7 +113,11 @@ class CostSummary(BaseModel):
         self.prompt_tokens += call.usage.prompt_tokens
         self.cached_tokens += call.usage.cached_tokens
         self.completion_tokens += call.usage.completion_tokens
+        self.reasoning_tokens += call.usage.reasoning_tokens
         self.usd += call.usd or 0
+        self.input_usd += call.input_usd or 0
+        self.cache_saved_usd += call.cache_saved_usd
+        self.tier_saved_usd += call.tier_saved_usd
         self.llm_seconds += call.latency_s
 
     def usd_text(self) -> str:
@@ -132,6 +140,7 @@ def cost_report(state: RunState) -> dict:
     by_task: dict[str, CostSummary] = {}
     by_stage: dict[str, CostSummary] = {}
     by_model: dict[str, CostSummary] = {}
+    by_tier: dict[str, CostSummary] = {}
     by_job: dict[tuple[Task, str], CostSummary] = {}
     for query_id, task, call in state.calls():
         for summary in (
@@ -139,6 +148,7 @@ def cost_report(state: RunState) -> dict:
             by_task.setdefault(task, CostSummary()),
             by_stage.setdefault(call.stage, CostSummary()),
             by_model.setdefault(call.model, CostSummary()),
+            by_tier.setdefault(call.tier, CostSummary()),
             by_job.setdefault((task, query_id), CostSummary()),
         ):
             summary.add(call)
@@ -149,10 +159,17 @@ def cost_report(state: RunState) -> dict:
     return {
         "run_id": state.layout.run_id,
         "savings": _cascade_savings(state, by_stage.get("documents")),
+        # From the recorded usage: the provider's prompt cache against the full input rate, the
+        # service tier against standard prices.
+        "savings_by_lever": {
+            "provider_cache_usd": str(total.cache_saved_usd),
+            "service_tier_usd": str(total.tier_saved_usd),
+        },
         "total": total.model_dump(mode="json"),
         "by_task": dump(by_task),
         "by_stage": dump(by_stage),
         "by_model": dump(by_model),
+        "by_tier": dump(by_tier),
         "jobs": [{"task": t, "query_id": q, **s.model_dump(mode="json")} for (t, q), s in sorted(by_job.items())],
     }
 

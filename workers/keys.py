@@ -20,6 +20,20 @@ CACHE_PREFIX = "prism:cache:"
 BUDGET_TTL_S = 30 * DAY  # long after the run: a resume reads what was spent
 
 
+# Prompt-cache scheduling: a key (one model, one filing segment) is warm at the provider after its
+# first answered request, for about the provider's in-memory retention; a warm-up in flight is
+# claimed so the other requests of the key wait for it (the claim lapses should its holder die).
+PROMPT_WARM_TTL_S = 5 * 60
+
+
+def prompt_warm(key: str) -> str:
+    return f"prism:prompt:{key}:warm"
+
+
+def prompt_warming(key: str) -> str:
+    return f"prism:prompt:{key}:warming"
+
+
 def cache(key: str) -> str:
     return f"{CACHE_PREFIX}{key}"
 

@@ -63,7 +63,14 @@ class Runtime:
     @cached_property
     def limiter(self) -> FleetLimiter:
         s = self.settings
-        return FleetLimiter(s.shared_redis or "memory://", s.llm_limits, s.limiter_max_block_s, s.limiter_headroom)
+        return FleetLimiter(
+            s.shared_redis or "memory://",
+            s.llm_limits,
+            s.limiter_max_block_s,
+            s.limiter_headroom,
+            prompt_rpm=s.prompt_cache_rpm,
+            marks=self.redis,
+        )
 
     @cached_property
     def gateway(self) -> Gateway | None:
@@ -73,7 +80,8 @@ class Runtime:
         cache = None
         if s.cache:
             cache = TieredCache(self.redis, self.store(s.cache_uri or s.results), s.cache_hot_ttl_s, s.cache_ttl_s)
-        return Gateway(s.endpoints(), PriceTable.load(s.prices_file), s.retry_policy(), self.limiter, cache)
+        prices = PriceTable.load(s.prices_file)
+        return Gateway(s.endpoints(), prices, s.retry_policy(), self.limiter, cache, s.request_options())
 
     @cached_property
     def progress(self) -> Progress | None:

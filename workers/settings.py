@@ -20,9 +20,16 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from prism.llm import Endpoint, OutputCapParam, RetryPolicy
+from prism.llm import FLEX_TIMEOUT_S, Endpoint, OutputCapParam, RequestOptions, RetryPolicy
 from prism.models import RunConfig, Stage
-from prism.registry import ChunkRankerSetting, DocRankerSetting, PromptVariant
+from prism.registry import (
+    ChunkRankerSetting,
+    DocRankerSetting,
+    PromptLayout,
+    PromptVariant,
+    ReasoningEffort,
+    ServiceTier,
+)
 from workers.limiter import ModelLimits
 
 STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank", "embeddings", "evidence")
@@ -59,7 +66,7 @@ class Settings(BaseSettings):
     llm_models: dict[Stage, str] = {}  # per-stage models, e.g. {"segments": "gpt-5"}
     embedder: str = "hashed"  # hashed ($0, offline), minilm ([minilm] extra), or an embeddings model name
     llm_endpoints: dict[Stage, EndpointOverride] = {}  # per-stage endpoints
-    llm_timeout_s: float = Field(120.0, gt=0)
+    llm_timeout_s: float | None = Field(None, gt=0)  # default: 120 s, FLEX_TIMEOUT_S under flex
     llm_timeout_retries: int = Field(1, ge=0)  # re-sends of a timed-out request, apart from llm_max_attempts
     llm_max_attempts: int = Field(6, ge=1)
     llm_backoff_cap_s: float = Field(60.0, ge=0)
@@ -70,6 +77,11 @@ class Settings(BaseSettings):
     # reserved per request (tokens/min, budget) until its use is known; at most the cap
     llm_expected_output_tokens: int = Field(1000, ge=1)
     prices_file: Path | None = None  # local price overrides on top of the bundled table
+    # flex: batch prices on ordinary calls, slower, and at times refused (retried, not charged)
+    service_tier: ServiceTier = "standard"
+    reasoning_effort: dict[Stage, ReasoningEffort] = {}  # per stage; unset: not sent (the model's default)
+    prompt_cache_key: bool = True  # send a key per (model, filing segment) so its prefix is cached together
+    prompt_cache_rpm: int = Field(15, ge=1)  # requests per minute per key: above it the provider spills
 
     # shared state: the fleet limiter, the hot cache, run budgets, metrics
     redis_url: str | None = None  # default: the broker, when it is Redis
@@ -93,6 +105,7 @@ class Settings(BaseSettings):
     chunk_ranker: ChunkRankerSetting = "auto"  # auto: llm with an LLM, else lexical
     doc_prompt: PromptVariant = "p4"
     chunk_prompt: PromptVariant = "p4"
+    prompt_layout: PromptLayout = "question_last"
     icl_documents: int = Field(0, ge=0)  # in-context examples per document prompt (the method: 5, 10 or 15)
     icl_chunks: int = Field(0, ge=0)
     icl_index: str | None = None  # the example store (prism icl build); a folder or s3:// prefix
@@ -166,6 +179,7 @@ class Settings(BaseSettings):
             "cascade_threshold": self.cascade_threshold,
             "doc_prompt": self.doc_prompt,
             "chunk_prompt": self.chunk_prompt,
+            "prompt_layout": self.prompt_layout,
             "models": {
                 s: self.llm_models.get(s, self.embedder if s == "embeddings" else self.llm_model) for s in STAGES
             },
@@ -217,10 +231,14 @@ class Settings(BaseSettings):
         return RetryPolicy(
             max_attempts=self.llm_max_attempts,
             backoff_cap_s=self.llm_backoff_cap_s,
-            timeout_s=self.llm_timeout_s,
+            timeout_s=self.llm_timeout_s or (FLEX_TIMEOUT_S if self.service_tier == "flex" else 120.0),
             timeout_retries=self.llm_timeout_retries,
             expected_output_tokens=self.llm_expected_output_tokens,
         )
+
+    def request_options(self) -> RequestOptions:
+        efforts: dict[str, str] = {str(k): str(v) for k, v in self.reasoning_effort.items()}
+        return RequestOptions(self.service_tier, efforts, self.prompt_cache_key)
 
     def masked(self) -> dict:
         """The settings as printed at start: secrets and URL passwords hidden."""

@@ -1,5 +1,11 @@
 """Prompt templates, kept as data: one system prompt per task and variant (P1-P4), one user
-message per task, one reminder for a reply that could not be read. ``$name`` placeholders."""
+message per task and layout, one reminder for a reply that could not be read. ``$name``
+placeholders.
+
+Layout ``question_last`` keeps everything that is the same for every question over a filing
+segment first (instructions, static examples, the candidates), so those questions share the
+provider's cached prefix; a query's own in-context examples go after the candidates, never
+before them."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from importlib.resources import files
 from string import Template
 
 from prism.datasets import MARKERS
-from prism.models import FILING_TYPES, PromptVariant, Task
+from prism.models import FILING_TYPES, PromptLayout, PromptVariant, Task
 
 _DIR = files(__package__)
 
@@ -39,26 +45,31 @@ class PromptTemplate:
     system: Template
     user: Template
     reminder: Template
+    layout: PromptLayout = "question_first"
 
     def messages(self, question: str, candidates: list[str], n: int, examples: str = "") -> list[dict]:
         marker = MARKERS[self.task]
         listing = "\n\n".join(marker.format(i) + text for i, text in enumerate(candidates))
-        fields = _fields(n, len(candidates) - 1) | {"examples": examples}
-        return [
-            {"role": "system", "content": self.system.substitute(fields | _document_hints())},
-            {"role": "user", "content": self.user.substitute(fields, question=question, candidates=listing)},
-        ]
+        fields = _fields(n, len(candidates) - 1)
+        # The system prompt is shared by every question only when the query's examples are not in it.
+        shots = (
+            {"system": examples, "user": ""} if self.layout == "question_first" else {"system": "", "user": examples}
+        )
+        system = self.system.substitute(fields | _document_hints(), examples=shots["system"])
+        user = self.user.substitute(fields, question=question, candidates=listing, examples=shots["user"])
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def reminder_message(self, n: int, n_candidates: int) -> dict:
         return {"role": "user", "content": self.reminder.substitute(_fields(n, n_candidates - 1))}
 
 
 @cache
-def load(task: Task, variant: PromptVariant) -> PromptTemplate:
+def load(task: Task, variant: PromptVariant, layout: PromptLayout = "question_last") -> PromptTemplate:
     def read(name: str) -> Template:
         return Template(_DIR.joinpath(name).read_text())
 
-    return PromptTemplate(task, variant, read(f"{task}_{variant}.txt"), read(f"{task}_user.txt"), read("reminder.txt"))
+    user = read(f"{task}_user_{layout}.txt")
+    return PromptTemplate(task, variant, read(f"{task}_{variant}.txt"), user, read("reminder.txt"), layout)
 
 
 def _fields(n: int, last: int) -> dict[str, object]:

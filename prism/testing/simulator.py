@@ -12,6 +12,13 @@ It can also behave like the servers one meets in practice: read only ``max_token
 generate slowly (``tokens_per_s``), and drop the system prompt as some chat formats do
 (``drops_system``: it is neither read nor counted).
 
+Like the provider it caches prompt prefixes (``cache``: see prism.testing.prompt_cache) and
+reports them as ``prompt_tokens_details.cached_tokens``; it answers ``service_tier="flex"``
+requests and can refuse them with 429 "resource unavailable" (fault ``flex_unavailable``, served
+to flex requests only); and with ``reasoning_share`` it reports hidden reasoning as
+``completion_tokens_details.reasoning_tokens`` (part of completion_tokens), a share of the prompt
+per reasoning effort.
+
     python -m prism.testing.simulator --mode oracle --queries data.jsonl --port 8100
 """
 
@@ -34,6 +41,7 @@ from prism.lexical import LexicalRanker
 from prism.models import Query
 from prism.rankers import document_lexical_ranker
 from prism.segmenting import TokenCounter
+from prism.testing.prompt_cache import CacheModel, PromptCache
 
 FAULTS = (
     "429",
@@ -47,7 +55,15 @@ FAULTS = (
     "malformed",
     "no_usage",
     "runaway",
+    "flex_unavailable",
 )
+# Reasoning tokens per prompt token, by effort. PRISM's chunk jobs were ~85% prompt and ~15%
+# completion tokens (at the provider's default effort, medium): 15/85 = 0.18 of the prompt, the
+# visible list of indices being a few tokens. The other efforts are scaled from it.
+REASONING_SHARES: dict[str, float] = {"minimal": 0.0, "low": 0.09, "medium": 0.18, "high": 0.36}
+DEFAULT_EFFORT = "medium"
+# Models that accept prompt_cache_retention="24h".
+RETENTION_24H = re.compile(r"^(gpt-5|gpt-4\.1)(-\d{4}-\d{2}-\d{2})?$")
 RUNAWAY_TEXT = "The filing discusses the results of the quarter and the outlook for the year. "
 
 
@@ -74,11 +90,16 @@ class SimulatorConfig:
     tokens_per_s: float | None = None
     drops_system: bool = False
     overflow_error: str = "openai"  # or "llama.cpp": the shape of the context-overflow error
+    cache: CacheModel | None = field(default_factory=CacheModel)  # None: no prompt caching
+    reasoning_share: dict[str, float] | None = None  # effort -> reasoning tokens per prompt token
 
 
 class Simulator:
-    def __init__(self, config: SimulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, config: SimulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0, clock=time.monotonic
+    ):
         self.config = config or SimulatorConfig()
+        self.prompt_cache = PromptCache(self.config.cache, clock) if self.config.cache else None
         self.grades: dict[str, dict[str, int]] = {}  # question -> candidate fingerprint -> grade
         self.answers: dict[str, str] = {}  # question -> reference answer
         self.stats: Counter[str] = Counter()
@@ -152,9 +173,21 @@ class Simulator:
             self.stats["requests"] += 1
             number = self.stats["requests"]
         fault = self._next_fault(random.Random(f"{self.config.seed}:{number}"))
+        flex = body.get("service_tier") == "flex"
+        if fault == "flex_unavailable" and not flex:
+            fault = None
         delay = self.config.latency_s
         if fault:
             self._note(body, fault)
+        if fault == "flex_unavailable":
+            return 429, _error("Resource unavailable: please retry later", "resource_unavailable"), {}, delay
+        retention = body.get("prompt_cache_retention")
+        if retention not in (None, "in_memory", "24h") or (
+            retention == "24h" and not RETENTION_24H.match(str(body.get("model")))
+        ):
+            self._note(body, "400")
+            message = f"prompt_cache_retention {retention!r} is not supported with this model"
+            return 400, _error(message, "invalid_request_error"), {}, delay
         if fault in ("429", "insufficient_quota"):
             code = "rate_limit_exceeded" if fault == "429" else "insufficient_quota"
             retry = self.config.retry_after_s
@@ -195,21 +228,41 @@ class Simulator:
         if cap is not None and self._tokens.count(reply) >= cap:
             reply, finish = self._tokens.truncate(reply, cap), "length"
         completion_tokens = self._tokens.count(reply)
+        reasoning = 0
+        if self.config.reasoning_share and fault != "runaway" and not self.config.runaway:
+            effort = body.get("reasoning_effort") or DEFAULT_EFFORT
+            reasoning = round(self.config.reasoning_share.get(effort, 0.0) * prompt_tokens)
+            if cap is not None:  # reasoning counts against the cap too
+                reasoning = max(0, min(reasoning, cap - completion_tokens))
+            completion_tokens += reasoning
         if self.config.tokens_per_s:
             delay += completion_tokens / self.config.tokens_per_s
         allowed, headers = self._admit(prompt_tokens + completion_tokens)
         if not allowed:
             self._note(body, "429_limit")
             return 429, _error("simulated rate limit reached", "rate_limit_exceeded"), headers, 0.0
+        cached = 0
+        if self.prompt_cache is not None:
+            # The messages' contents in order, as the provider tokenizes the whole prompt.
+            tokens = self._tokens.encode(
+                "".join(m.get("content") or "" for m in messages if isinstance(m.get("content"), str))
+            )
+            cached, _ = self.prompt_cache.serve(
+                tokens, body.get("prompt_cache_key"), retention == "24h", ready_after_s=self.config.latency_s
+            )
+            cached = min(cached, prompt_tokens)
         with self._lock:
             self.stats["prompt_tokens"] += prompt_tokens
+            self.stats["cached_tokens"] += cached
             self.stats["completion_tokens"] += completion_tokens
+            self.stats["reasoning_tokens"] += reasoning
             self.served.append((time.monotonic(), prompt_tokens + completion_tokens))
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": reasoning},
         }
         response = {
             "id": f"chatcmpl-sim-{number}",
@@ -217,6 +270,7 @@ class Simulator:
             "created": int(time.time()),
             "model": body.get("model", "simulator"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": finish}],
+            "service_tier": "flex" if flex else "default",
             "usage": None if fault == "no_usage" else usage,
         }
         if not fault:
@@ -481,6 +535,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runaway", action="store_true", help="every reply generates up to the cap or the context")
     parser.add_argument("--tokens-per-s", type=float, default=None, help="generation speed")
     parser.add_argument("--drops-system", action="store_true", help="the chat format drops the system prompt")
+    parser.add_argument("--reasoning", action="store_true", help="report reasoning tokens (REASONING_SHARES)")
+    parser.add_argument("--cache-machines", type=int, default=4, help="machines, each with its prompt cache; 0: none")
     args = parser.parse_args(argv)
     rates = {k: float(v) for k, v in (f.split("=", 1) for f in args.fault)}
     config = SimulatorConfig(
@@ -494,6 +550,8 @@ def main(argv: list[str] | None = None) -> None:
         runaway=args.runaway,
         tokens_per_s=args.tokens_per_s,
         drops_system=args.drops_system,
+        cache=CacheModel(machines=args.cache_machines) if args.cache_machines else None,
+        reasoning_share=REASONING_SHARES if args.reasoning else None,
     )
     sim = Simulator(config, args.host, args.port)
     for path in args.queries:

@@ -91,3 +91,25 @@ def test_budget_refuses_a_call_that_would_pass_the_cap(redis_url):
     budget.reserve(Decimal("0.006"))  # 0.003 spent + 0.006 in flight fits
     budget.reopen()
     assert not budget.exhausted()
+
+
+def test_a_prompt_key_is_warmed_by_one_request_before_the_others_go_then_paced(redis_url):
+    client = redis.Redis.from_url(redis_url)
+
+    def fleet_limiter() -> FleetLimiter:
+        return FleetLimiter(redis_url, {}, max_block_s=0.3, prompt_rpm=3, marks=client)
+
+    a, b = fleet_limiter(), fleet_limiter()  # two worker processes
+    key, endpoint = f"prism-{uuid.uuid4().hex[:12]}", "e"
+    a.acquire(endpoint, "m", 10, key)  # the warm-up
+    with pytest.raises(RateLimited, match="warming"):
+        b.acquire(endpoint, "m", 10, key)  # held by a: b steps aside
+    a.settle(endpoint, "m", 10, 0, {}, key)  # refused: the claim is let go, the key not warm
+    assert not client.exists(keys.prompt_warm(key)) and not client.exists(keys.prompt_warming(key))
+    b.acquire(endpoint, "m", 10, key)  # b warms it now
+    b.settle(endpoint, "m", 10, 1200, {}, key)
+    assert client.exists(keys.prompt_warm(key))
+    a.acquire(endpoint, "m", 10, key)  # warm: goes at once; the third request of the key this minute
+    with pytest.raises(RateLimited, match="per-prompt rate"):
+        b.acquire(endpoint, "m", 10, key)
+    client.delete(keys.prompt_warm(key))

@@ -1,6 +1,7 @@
 import gzip
 import io
 import json
+from itertools import product
 
 import pytest
 
@@ -114,6 +115,11 @@ def test_split_prompt_round_trips_our_own_prompts():
     from prism import prompts
 
     for task, cands in (("documents", list(FILING_TYPES)), ("chunks", ["alpha\nbeta", "gamma", "Task: not the end"])):
-        for variant in ("p1", "p2", "p3", "p4"):
-            messages = prompts.load(task, variant).messages("What is it?", cands, 2)
-            assert split_prompt(messages[1]["content"]) == (task, "What is it?", cands)
+        for variant, layout in product(("p1", "p2", "p3", "p4"), ("question_first", "question_last")):
+            shots = "\nWorked examples from similar questions (question, then the right answer):\n- Why? -> [1]\n"
+            for examples in ("", shots):
+                messages = prompts.load(task, variant, layout).messages("What is it?", cands, 2, examples)
+                assert split_prompt(messages[1]["content"]) == (task, "What is it?", cands)
+                if examples:  # a query's own examples never sit in the shared prefix of question_last
+                    assert (examples in messages[0]["content"]) == (layout == "question_first")
+                    assert (examples in messages[1]["content"]) == (layout == "question_last")

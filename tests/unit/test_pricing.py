@@ -31,3 +31,12 @@ def test_a_price_file_is_read_on_top_of_the_bundled_table(tmp_path):
     path.write_text('[models."acme-ranker-9000"]\ninput = 3\noutput = 4\n')
     usage = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
     assert PriceTable.load(path).usd("acme-ranker-9000", usage) == Decimal(7)
+
+
+def test_flex_is_half_of_standard_and_the_prompt_side_is_split_out():
+    table = PriceTable.load()
+    usage = Usage(prompt_tokens=1_000_000, cached_tokens=800_000, completion_tokens=100_000)
+    prompt, completion = table.split("gpt-5-mini", usage)
+    assert prompt == Decimal("0.25") * Decimal("0.2") + Decimal("0.025") * Decimal("0.8")
+    assert completion == Decimal("0.2")
+    assert table.usd("gpt-5-mini", usage, "flex") == (prompt + completion) / 2

@@ -1,0 +1,97 @@
+"""Provider prompt caching and the flex tier, end to end: questions over one filing through the
+fleet share its cached prefix and pay the cached-input rate for it; flex refusals are retried
+and never paid for. Real worker processes, Redis, SeaweedFS and the simulator over HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+
+import pytest
+
+from prism.llm import Endpoint, Gateway, LlmError, RequestOptions, RetryPolicy, recording
+from prism.pricing import PriceTable
+from tests.conftest import PAGES, fleet_env, load, prism_cli, read_run, s3_client
+
+pytestmark = pytest.mark.integration
+# gpt-5-mini per million tokens: input, cached input, output (the provider's price list).
+INPUT, CACHED, OUTPUT = Decimal("0.25"), Decimal("0.025"), Decimal("2")
+QUESTIONS = ("What was total revenue?", "How much cash did the company hold?", "What was operating income?")
+
+
+def _filing() -> list[str]:
+    """A filing of one segment: every question's prompt is one call, well over 1,024 tokens."""
+    queries = [q for q in load(PAGES, limit=40) if 5 <= len(q.candidates) <= 12]
+    return list(queries[0].candidates)
+
+
+def test_questions_over_one_filing_read_its_prefix_from_the_cache_and_pay_the_cached_rate(
+    tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker
+):
+    pages = _filing()
+    rows = [
+        json.dumps({"id": f"q{i}", "task": "chunks", "question": q, "candidates": pages})
+        for i, q in enumerate(QUESTIONS)
+    ]
+    client = s3_client(s3_server)
+    client.put_object(Bucket=bucket, Key="in/night.jsonl.gz", Body=gzip.compress(("\n".join(rows) + "\n").encode()))
+    env = fleet_env(redis_url, s3_server, fresh_simulator.url, PRISM_CHUNK_RANKER="llm", PRISM_CACHE="false")
+    start_worker(env)
+    start_worker(env)  # two processes, two slots each: the three questions would all go at once
+    done = prism_cli(
+        ["run", f"s3://{bucket}/in/night.jsonl.gz", "--results", f"s3://{bucket}/prism", "--run-id", "night"],
+        env,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = read_run(s3_server, bucket, "night")
+    assert run["manifest"]["config"]["prompt_layout"] == "question_last"
+    calls = [c for r in run["results"] for c in r["calls"]]
+    assert len(calls) == 3 and all(c["error"] is None for c in calls), (run["manifest"]["counts"], run["failures"])
+    cached = sorted(c["usage"]["cached_tokens"] for c in calls)
+    # The first request warmed the cache before the others went; they read all but the tail.
+    assert cached[0] == 0 and all(0 < n and n % 128 == 0 for n in cached[1:])
+    for c in calls:
+        u = c["usage"]
+        expected = ((u["prompt_tokens"] - u["cached_tokens"]) * INPUT + u["cached_tokens"] * CACHED) / 10**6
+        assert Decimal(c["input_usd"]) == expected
+        assert Decimal(c["usd"]) == expected + u["completion_tokens"] * OUTPUT / 10**6
+        assert Decimal(c["cache_saved_usd"]) == u["cached_tokens"] * (INPUT - CACHED) / 10**6
+    total = run["cost"]["total"]
+    assert total["cached_tokens"] == sum(cached) and Decimal(total["usd"]) == sum(Decimal(c["usd"]) for c in calls)
+    assert Decimal(run["cost"]["savings_by_lever"]["provider_cache_usd"]) == sum(
+        Decimal(c["cache_saved_usd"]) for c in calls
+    )
+
+
+MESSAGES = [
+    {"role": "user", "content": "Question: Q?\n\nFiling types:\n[Document Index 0] DEF14A\n\n[Document Index 1] 10-K"}
+]
+
+
+def _flex(sim, attempts: int = 6) -> Gateway:
+    policy = RetryPolicy(max_attempts=attempts, backoff_base_s=0.05, backoff_cap_s=0.5, timeout_s=5.0)
+    return Gateway(
+        Endpoint(base_url=sim.url, api_key="sk-test"), PriceTable.load(), policy, options=RequestOptions("flex")
+    )
+
+
+def test_flex_refusals_are_retried_and_only_the_answer_is_paid_at_half_price(fresh_simulator):
+    fresh_simulator.script("flex_unavailable", "flex_unavailable")
+    with recording() as calls:
+        _flex(fresh_simulator).complete(MESSAGES, stage="documents", model="gpt-5-mini")
+    (call,) = calls
+    assert call.attempts == 3 and call.throttled == 2 and call.error is None and call.tier == "flex"
+    u = call.usage
+    standard = (u.prompt_tokens * INPUT + u.completion_tokens * OUTPUT) / 10**6
+    assert call.usd == standard / 2 and call.tier_saved_usd == standard / 2
+    assert fresh_simulator.requests[-1]["outcome"] == "ok"
+
+
+def test_flex_refused_to_the_end_costs_nothing(fresh_simulator):
+    fresh_simulator.script(*["flex_unavailable"] * 3)
+    with recording() as calls, pytest.raises(LlmError):
+        _flex(fresh_simulator, attempts=3).complete(MESSAGES, stage="documents", model="gpt-5-mini")
+    (call,) = calls
+    assert call.attempts == 3 and call.usd == 0 and "resource_unavailable" in (call.error or "")
