@@ -15,6 +15,8 @@ from pydantic import BaseModel
 from prism.models import Usage
 
 _MILLION = Decimal(1_000_000)
+# The Batch API (and flex processing) bills half of standard: input, cached input and output.
+TIER_FACTOR: dict[str, Decimal] = {"standard": Decimal(1), "flex": Decimal("0.5"), "batch": Decimal("0.5")}
 
 
 class Rates(BaseModel):
@@ -38,12 +40,18 @@ class PriceTable:
             table |= _read(Path(path).read_text())
         return cls(table, provider)
 
-    def usd(self, model: str, usage: Usage) -> Decimal | None:
+    def usd(self, model: str, usage: Usage, tier: str = "standard") -> Decimal | None:
+        split = self.split(model, usage, tier)
+        return None if split is None else split[0] + split[1]
+
+    def split(self, model: str, usage: Usage, tier: str = "standard") -> tuple[Decimal, Decimal] | None:
+        """(prompt side, completion side) in USD at the tier's rates; None: no price."""
+        factor = TIER_FACTOR[tier]
         if rates := self.overrides.get(model):
             cached = min(usage.cached_tokens, usage.prompt_tokens)
             cached_rate = rates.cached_input if rates.cached_input is not None else rates.input
-            total = (usage.prompt_tokens - cached) * rates.input + cached * cached_rate
-            return (total + usage.completion_tokens * rates.output) / _MILLION
+            prompt = ((usage.prompt_tokens - cached) * rates.input + cached * cached_rate) / _MILLION
+            return prompt * factor, usage.completion_tokens * rates.output / _MILLION * factor
         # genai-prices counts cached tokens inside input_tokens, as OpenAI's prompt_tokens does.
         priced = PriceUsage(
             input_tokens=usage.prompt_tokens,
@@ -51,9 +59,10 @@ class PriceTable:
             output_tokens=usage.completion_tokens,
         )
         try:
-            return calc_price(priced, model_ref=model, provider_id=self.provider).total_price
+            price = calc_price(priced, model_ref=model, provider_id=self.provider)
         except LookupError:
             return None
+        return price.input_price * factor, price.output_price * factor
 
 
 def _read(text: str) -> dict[str, Rates]:
