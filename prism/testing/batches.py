@@ -122,8 +122,9 @@ class BatchApi:
         return 200, self._store(data, filename or "upload.jsonl", "batch")
 
     def _store(self, data: bytes, filename: str, purpose: str) -> dict:
-        meta = {
-            "id": self._id("file"),
+        file_id = self._id("file")
+        meta: dict = {
+            "id": file_id,
             "object": "file",
             "bytes": len(data),
             "created_at": int(time.time()),
@@ -131,7 +132,7 @@ class BatchApi:
             "purpose": purpose,
             "status": "processed",
         }
-        self.files[meta["id"]] = (meta, data)
+        self.files[file_id] = (meta, data)
         return meta
 
     def _create(self, body: dict) -> tuple[int, dict]:
