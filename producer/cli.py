@@ -107,6 +107,13 @@ def run(
         int | None,
         typer.Option("--filings", min=1, help="Top-F filings ranked per question (PRISM_FILINGS_PER_QUESTION)."),
     ] = None,
+    via: Annotated[
+        str | None,
+        typer.Option(
+            "--via",
+            help="online, or batch: the LLM requests go in Batch API files at half price, answers within 24 h (PRISM_VIA).",
+        ),
+    ] = None,
 ) -> None:
     """Plan, enqueue, wait with a progress bar, write the report and print a summary.
 
@@ -130,6 +137,7 @@ def run(
         "budget_usd": budget_usd,
         "results": results,
         "filings_per_question": filings,
+        "via": via,
     }
     settings = _settings(flags)
     config = with_examples(with_prior(settings.run_config(), settings), settings)
@@ -142,6 +150,7 @@ def run(
         reuse=not fresh,
         limit=limit,
         corpus=corpus,
+        via=settings.via,
     )
     runs = _runs(settings)
     _print_settings(settings, spec, questions or input or SAMPLE)
@@ -450,7 +459,7 @@ def _settings(flags: dict | None = None) -> Settings:
 
 _FLAGS = {k: k.replace("_", "-") for k in ("doc_ranker", "chunk_ranker", "doc_prompt", "chunk_prompt", "top_n")}
 _FLAGS |= {"prefilter_keep": "prefilter", "icl_documents": "icl-documents", "icl_chunks": "icl-chunks"}
-_FLAGS |= {"budget_usd": "budget-usd", "results": "results", "filings_per_question": "filings"}
+_FLAGS |= {"budget_usd": "budget-usd", "results": "results", "filings_per_question": "filings", "via": "via"}
 
 
 def _runs(settings: Settings) -> Runs:

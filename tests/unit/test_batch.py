@@ -39,7 +39,9 @@ def test_output_and_error_lines_are_read_as_answers_and_failures():
     ]
     data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
     got = {r.custom_id: r for r in batch.read_lines(data, "gpt-5-mini")}
-    assert got["a"].text == "[1, 0]" and got["a"].usage == Usage(prompt_tokens=100, cached_tokens=64, completion_tokens=7)
+    assert got["a"].text == "[1, 0]" and got["a"].usage == Usage(
+        prompt_tokens=100, cached_tokens=64, completion_tokens=7
+    )
     assert got["b"].text is None and got["b"].expired and "batch_expired" in (got["b"].error or "")
     assert got["c"].text is None and not got["c"].expired and got["c"].error == "HTTP 500: boom"
 
