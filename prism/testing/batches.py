@@ -3,7 +3,7 @@ and ``/v1/batches`` (create, retrieve, cancel, list), as the provider serves the
 
 A batch is validated (at most ``max_lines`` lines and ``max_bytes``, one model, one url), then
 its lines are answered one by one over ``process_s`` by the simulator's own chat endpoint
-(:meth:`Simulator.answer`), so a batch line ranks and counts tokens exactly as a chat request
+(``Simulator.answer``), so a batch line ranks and counts tokens exactly as a chat request
 does; prompt caching is reported for the gpt-5 family only. Lines fail at ``fail_rate``
 (error file, ``server_error``) and run out of the window at ``expire_rate`` (the batch ends
 ``expired``, those lines ``batch_expired``); ``fail_batches`` makes the next batches fail every
@@ -19,13 +19,13 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from email.policy import HTTP
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from prism.testing.simulator import Simulator
+# The chat endpoint: a request body -> (status, JSON body, headers, seconds to wait).
+Answer = Callable[[dict], tuple[int, dict, dict[str, str], float]]
 
 CACHING_MODELS = re.compile(r"^gpt-5")  # caching applies inside batches for the gpt-5 family only
 TERMINAL = ("failed", "completed", "expired", "cancelled")
@@ -66,8 +66,8 @@ class _Batch:
 
 
 class BatchApi:
-    def __init__(self, sim: Simulator, config: BatchConfig | None = None):
-        self.sim, self.config = sim, config or BatchConfig()
+    def __init__(self, answer: Answer, config: BatchConfig | None = None):
+        self.answer, self.config = answer, config or BatchConfig()
         self.files: dict[str, tuple[dict, bytes]] = {}
         self.batches: dict[str, _Batch] = {}
         self._lock = threading.RLock()
@@ -177,8 +177,6 @@ class BatchApi:
             times={"created_at": time.time()},
         )
         self.batches[batch.id] = batch
-        with self.sim._lock:
-            self.sim.stats["batches"] += 1
         return 200, self._view(batch)
 
     def _list(self, path: str) -> dict:
@@ -234,7 +232,7 @@ class BatchApi:
             message = "This request could not be executed before the completion window expired."
             batch.failed[custom_id] = _error_line(custom_id, "batch_expired", message)
             return
-        status, payload, _, _ = self.sim.answer(body)
+        status, payload, _, _ = self.answer(body)
         usage = payload.get("usage") if status == 200 else None
         if usage and not CACHING_MODELS.match(str(body.get("model"))):
             usage["prompt_tokens_details"] = {**(usage.get("prompt_tokens_details") or {}), "cached_tokens": 0}

@@ -94,7 +94,7 @@ class Simulator:
         self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
-        self.batch = BatchApi(self)  # /v1/files and /v1/batches
+        self.batch = BatchApi(self.answer)  # /v1/files and /v1/batches
 
     @property
     def url(self) -> str:
