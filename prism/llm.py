@@ -286,13 +286,23 @@ class Gateway:
             if queue is not None and hit.get("batch_run") == queue.run_id:
                 return hit, call  # this run's batch answer: the batch driver accounted it, once
             return hit, self._account(call)
-        if queue is not None and self.cache is not None and queue.defer(key, stage, model, batch_body or {}):
-            raise AwaitingBatch(queue.retry_in, f"{stage} request to {model} is in the run's batch")
         reserved = prompt + output
         budget = _budget.get()
-        reserved_usd = self.prices.usd(model, Usage(prompt_tokens=prompt, completion_tokens=output)) or Decimal(0)
+        batched = queue is not None and self.cache is not None
+        expected = Usage(prompt_tokens=prompt, completion_tokens=output)
+        reserved_usd = self.prices.usd(model, expected, "batch" if batched else "standard") or Decimal(0)
         if budget is not None:
-            budget.reserve(reserved_usd)
+            budget.reserve(reserved_usd)  # a spent budget stops a batch request too (the driver charges the lines)
+        if batched and queue is not None and queue.defer(key, stage, model, batch_body or {}):
+            if budget is not None:
+                budget.settle(reserved_usd, Decimal(0))
+            raise AwaitingBatch(queue.retry_in, f"{stage} request to {model} is in the run's batch")
+        if batched:  # sent online after its last try in a batch: reserved again at the online price
+            if budget is not None:
+                budget.settle(reserved_usd, Decimal(0))
+            reserved_usd = self.prices.usd(model, expected) or Decimal(0)
+            if budget is not None:
+                budget.reserve(reserved_usd)
         try:
             response, headers, attempts, throttled, timeouts = self._call(endpoint, model, send, reserved)
         except Deferred:

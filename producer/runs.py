@@ -189,7 +189,7 @@ class Runs:
                 "--via batch needs the response cache, where the batches' answers wait: set PRISM_CACHE=true"
             )
         limits = BatchLimits(s.batch_max_lines, int(s.batch_max_mb * 1024 * 1024), s.batch_max_tries, s.batch_gather_s)
-        return BatchDriver(store, spec.run_id, gateway, limits)
+        return BatchDriver(store, spec.run_id, gateway, limits, self._budget(spec))
 
     def _budget(self, spec: RunSpec) -> RunBudget | None:
         if spec.budget_usd is None:

@@ -7,7 +7,8 @@ poll, gathers the pending requests no batch holds into input files (one model pe
 ``max_lines`` lines and ``max_bytes``), uploads and submits them with the 24 h window, stores
 each batch's record in the run, and polls the open ones. An ended batch's answers go into the
 response cache, where the jobs find them, and each answered line is accounted once, at batch
-prices, in the run's spent/ records under the job that asked for it. Failed, expired and
+prices, in the run's spent/ records under the job that asked for it, and charged to the run's
+budget (a spent budget stops new requests from joining a batch). Failed, expired and
 cancelled lines wait for the next batch; after ``max_tries`` they are sent online.
 
 Everything lives in the run's store, so a producer that is killed and resumed polls the batches
@@ -26,7 +27,7 @@ from decimal import Decimal
 import structlog
 
 from prism import batch
-from prism.llm import BatchApiError, Cache, Gateway
+from prism.llm import BatchApiError, Budget, Cache, Gateway
 from prism.models import CallRecord, Spent, Stage, Usage
 from workers.ledger import RunLayout
 from workers.messages import Job
@@ -60,11 +61,19 @@ class BatchLimits:
 
 
 class BatchDriver:
-    def __init__(self, store: Store, run_id: str, gateway: Gateway, limits: BatchLimits = BatchLimits()):
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        gateway: Gateway,
+        limits: BatchLimits = BatchLimits(),
+        budget: Budget | None = None,
+    ):
         if gateway.cache is None:
             raise ValueError("a batch-mode run needs the response cache")
         self.store, self.run_id, self.gateway, self.limits = store, run_id, gateway, limits
         self.cache: Cache = gateway.cache
+        self.budget = budget  # the run's cap: charged with each answered line, once
         self.layout = RunLayout(run_id)
         self.records: dict[str, dict] = {}
         self.pending: dict[str, dict] = {}
@@ -241,7 +250,9 @@ class BatchDriver:
                 run_id=self.run_id, task=task, query_id=query_id, reason=f"Batch API {record['id']}", calls=held
             )
             name = f"batch-{record['id']}-{task}-{safe_name(query_id)}"
-            put_model(self.store, self.layout.spent(name), spent, if_absent=True)  # once, however often taken in
+            # Written once however often the batch is taken in (a resumed producer), and charged once.
+            if put_model(self.store, self.layout.spent(name), spent, if_absent=True) and self.budget is not None:
+                self.budget.settle(Decimal(0), sum((c.usd or Decimal(0) for c in held), Decimal(0)))
         for custom_id in answered:
             self._drop(custom_id)
         for custom_id, reason in again:
