@@ -20,6 +20,7 @@ from producer.plan import RunSpec
 from producer.runs import RunEnd, RunError, Runs, check_run_id, new_run_id
 from producer.state import RunState, cost_report
 from workers import logs
+from workers.batches import batch_summary
 from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings, SettingsProblem, load_settings
 from workers.store import open_input, open_store
@@ -257,6 +258,8 @@ def status(run_id: str, results: ResultsOpt = None) -> None:
         eta_text,
     )
     Console().print(table)
+    if manifest.via == "batch":
+        Console().print(batch_summary(store, run_id), highlight=False)
 
 
 @app.command()

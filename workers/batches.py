@@ -52,6 +52,21 @@ class StoreBatchQueue:
         return True
 
 
+def batch_summary(store: Store, run_id: str) -> str:
+    """A batch-mode run's batches as stored: open and ended, their lines, requests waiting."""
+    layout = RunLayout(run_id)
+    records = [json.loads(store.get(k)) for k in store.keys(layout.batch("batches"))]
+    open_ = [r for r in records if not r["ingested"]]
+    done = sum((r.get("request_counts") or {}).get("completed") or 0 for r in open_)
+    waiting = sum(1 for _ in store.keys(layout.batch("pending"))) - sum(len(r["lines"]) for r in open_)
+    statuses = ", ".join(f"{r['id']} {r['status']}" for r in open_)
+    return (
+        f"batches: {len(open_)} open ({done}/{sum(len(r['lines']) for r in open_)} lines"
+        + (f"; {statuses}" if statuses else "")
+        + f"), {len(records) - len(open_)} ended; {max(0, waiting)} requests waiting for a batch"
+    )
+
+
 @dataclass(frozen=True)
 class BatchLimits:
     max_lines: int = batch.MAX_LINES

@@ -22,9 +22,19 @@ from prism.pricing import PriceTable
 from prism.testing.batches import BatchConfig
 from prism.testing.simulator import Simulator, SimulatorConfig
 from tests.conftest import DOC_DEV, PAGES, fleet_env, load, prism_cli, read_run, s3_client, upload_input
+from workers.testing import RedisServer
 
 pytestmark = pytest.mark.integration
 PRICES = PriceTable.load()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """A Redis of this module's own: jobs that wait for batches are put back on the queue for
+    seconds at a time, and no other worker on a shared Redis may take them."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture()
@@ -38,9 +48,9 @@ def sim():
         yield s
 
 
-def _env(redis_url: str, s3: str, sim: Simulator, **extra: str) -> dict[str, str]:
+def _env(broker: str, s3: str, sim: Simulator, **extra: str) -> dict[str, str]:
     return fleet_env(
-        redis_url, s3, sim.url, PRISM_BATCH_POLL_S="0.3", PRISM_BATCH_GATHER_S="0.6", PRISM_STALL_S="60", **extra
+        broker, s3, sim.url, PRISM_BATCH_POLL_S="0.3", PRISM_BATCH_GATHER_S="0.6", PRISM_STALL_S="60", **extra
     )
 
 
@@ -81,19 +91,19 @@ def _batch_records(s3: str, bucket: str, run_id: str) -> list[dict]:
     return [json.loads(client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()) for o in page.get("Contents", [])]
 
 
-def test_a_batch_run_costs_half_and_ranks_as_the_online_run(tmp_path, redis_url, s3_server, bucket, sim, start_worker):
+def test_a_batch_run_costs_half_and_ranks_as_the_online_run(tmp_path, broker, s3_server, bucket, sim, start_worker):
     source = upload_input(s3_server, bucket, "in/half.jsonl.gz", documents=4, pages=2)
     results = f"s3://{bucket}/prism"
-    worker = start_worker(_env(redis_url, s3_server, sim))
+    worker = start_worker(_env(broker, s3_server, sim))
     done = _run(
         ["run", source, "--results", results, "--run-id", "via-batch", "--via", "batch"],
-        _env(redis_url, s3_server, sim),
+        _env(broker, s3_server, sim),
         tmp_path,
     )
     assert "batches:" in done.stderr  # the progress line shows the batches
     worker.stop()
     # Online, on the same simulator, with no response cache and no reuse of the batch run's results.
-    online_env = _env(redis_url, s3_server, sim, PRISM_CACHE="false")
+    online_env = _env(broker, s3_server, sim, PRISM_CACHE="false")
     start_worker(online_env)
     _run(["run", source, "--results", results, "--run-id", "online", "--fresh"], online_env, tmp_path)
 
@@ -113,10 +123,10 @@ def test_a_batch_run_costs_half_and_ranks_as_the_online_run(tmp_path, redis_url,
     assert len(jobs) == 6 and all(usd > 0 for usd in jobs.values())  # each job's lines are its own
 
 
-def test_failed_and_expired_lines_are_retried_and_recorded(tmp_path, redis_url, s3_server, bucket, sim, start_worker):
+def test_failed_and_expired_lines_are_retried_and_recorded(tmp_path, broker, s3_server, bucket, sim, start_worker):
     sim.batch.config.fail_rate, sim.batch.config.expire_rate, sim.batch.config.seed = 0.25, 0.25, 3
     source = upload_input(s3_server, bucket, "in/fail.jsonl.gz", documents=3, pages=1)
-    env = _env(redis_url, s3_server, sim, PRISM_BATCH_MAX_TRIES="6")
+    env = _env(broker, s3_server, sim, PRISM_BATCH_MAX_TRIES="6")
     start_worker(env)
     _run(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "lines", "--via", "batch"], env, tmp_path)
     run = read_run(s3_server, bucket, "lines")
@@ -133,7 +143,7 @@ def test_failed_and_expired_lines_are_retried_and_recorded(tmp_path, redis_url, 
 
 
 def test_a_batch_cancelled_mid_run_keeps_its_answers_and_sends_the_rest_again(
-    tmp_path, redis_url, s3_server, bucket, sim, start_worker
+    tmp_path, broker, s3_server, bucket, sim, start_worker
 ):
     sim.batch.config.process_s = 3.0
     client = openai.OpenAI(base_url=sim.url, api_key="x", max_retries=0)
@@ -153,7 +163,7 @@ def test_a_batch_cancelled_mid_run_keeps_its_answers_and_sends_the_rest_again(
     canceller = threading.Thread(target=cancel_the_first_batch_midway, daemon=True)
     canceller.start()
     source = upload_input(s3_server, bucket, "in/cancel.jsonl.gz", documents=3, pages=1)
-    env = _env(redis_url, s3_server, sim)
+    env = _env(broker, s3_server, sim)
     start_worker(env)
     _run(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "cancel", "--via", "batch"], env, tmp_path)
     canceller.join(5)
@@ -170,10 +180,10 @@ def test_a_batch_cancelled_mid_run_keeps_its_answers_and_sends_the_rest_again(
     assert rest <= later  # the lines the cancel stopped went in a later batch
 
 
-def test_a_batch_with_every_line_failed_and_no_output_file(tmp_path, redis_url, s3_server, bucket, sim, start_worker):
+def test_a_batch_with_every_line_failed_and_no_output_file(tmp_path, broker, s3_server, bucket, sim, start_worker):
     sim.batch.config.fail_batches = 1
     source = upload_input(s3_server, bucket, "in/empty.jsonl.gz", documents=3)
-    env = _env(redis_url, s3_server, sim)
+    env = _env(broker, s3_server, sim)
     start_worker(env)
     _run(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "no-output", "--via", "batch"], env, tmp_path)
     run = read_run(s3_server, bucket, "no-output")
@@ -185,10 +195,10 @@ def test_a_batch_with_every_line_failed_and_no_output_file(tmp_path, redis_url, 
     assert run["cost"]["total"]["failed_calls"] == len(records[0]["lines"]) == 3
 
 
-def test_requests_go_online_after_their_last_try_in_a_batch(tmp_path, redis_url, s3_server, bucket, sim, start_worker):
+def test_requests_go_online_after_their_last_try_in_a_batch(tmp_path, broker, s3_server, bucket, sim, start_worker):
     sim.batch.config.fail_batches = 2
     source = upload_input(s3_server, bucket, "in/online.jsonl.gz", documents=3)
-    env = _env(redis_url, s3_server, sim, PRISM_BATCH_MAX_TRIES="2")
+    env = _env(broker, s3_server, sim, PRISM_BATCH_MAX_TRIES="2")
     start_worker(env)
     _run(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "fallback", "--via", "batch"], env, tmp_path)
     run = read_run(s3_server, bucket, "fallback")
@@ -199,10 +209,10 @@ def test_requests_go_online_after_their_last_try_in_a_batch(tmp_path, redis_url,
     assert len([c for c in calls if c["error"]]) == 6 and len(sim.batch.batches) == 2
 
 
-def test_a_killed_producer_resumes_polling_its_batches(tmp_path, redis_url, s3_server, bucket, sim, start_worker):
+def test_a_killed_producer_resumes_polling_its_batches(tmp_path, broker, s3_server, bucket, sim, start_worker):
     sim.batch.config.process_s = 4.0
     source = upload_input(s3_server, bucket, "in/resume.jsonl.gz", documents=3, pages=1)
-    env = _env(redis_url, s3_server, sim)
+    env = _env(broker, s3_server, sim)
     start_worker(env)
     results = f"s3://{bucket}/prism"
     args = ["run", source, "--results", results, "--run-id", "resumed", "--via", "batch"]
@@ -221,6 +231,8 @@ def test_a_killed_producer_resumes_polling_its_batches(tmp_path, redis_url, s3_s
     producer.communicate(timeout=30)
     (submitted,) = _batch_records(s3_server, bucket, "resumed")
     assert submitted["status"] != "completed" and len(sim.batch.batches) == 1
+    status = _run(["status", "resumed", "--results", results], env, tmp_path)
+    assert "batches: 1 open" in status.stdout and submitted["id"] in status.stdout
     sim.batch.config.process_s = 0.8
     _run(["resume", "resumed", "--results", results], env, tmp_path)
     run = read_run(s3_server, bucket, "resumed")
