@@ -38,8 +38,9 @@ from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
 import openai
-from tenacity import RetryCallState, Retrying, retry_if_exception
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from prism import batch
 from prism.models import CallRecord, Stage, Usage
 from prism.pricing import PriceTable
 from prism.segmenting import TokenCounter
@@ -128,6 +129,20 @@ class BudgetExhausted(Deferred):
     pass
 
 
+class AwaitingBatch(RateLimited):
+    """The request went into the run's next batch: ask again (from the response cache) later."""
+
+
+class BatchQueue(Protocol):
+    """A batch-mode run's pending requests. ``defer`` records one (``key`` is its cache key) and
+    says True: wait for its batch; or False: the batch gave up on it, send it now."""
+
+    run_id: str
+    retry_in: float
+
+    def defer(self, key: str, stage: Stage, model: str, body: dict) -> bool: ...
+
+
 class Limiter(Protocol):
     """The provider's requests/min and tokens/min. ``acquire`` blocks a short while, or raises
     RateLimited when the wait would be long; ``settle`` swaps the reservation for the real use
@@ -186,6 +201,10 @@ class LlmError(RuntimeError):
         self.call = call
 
 
+class BatchApiError(RuntimeError):
+    """A Files or Batch API request failed for good (the batch driver tries again next poll)."""
+
+
 class ContextTooLong(LlmError):
     """The prompt does not fit the model's context: cut the input smaller and ask again."""
 
@@ -198,6 +217,7 @@ class Completion:
 
 _ledgers: ContextVar[tuple[list[CallRecord], ...]] = ContextVar("prism_llm_ledgers", default=())
 _budget: ContextVar[Budget | None] = ContextVar("prism_llm_budget", default=None)
+_batch: ContextVar[BatchQueue | None] = ContextVar("prism_llm_batch", default=None)
 
 
 @contextmanager
@@ -220,6 +240,16 @@ def spending(budget: Budget | None) -> Iterator[None]:
         yield
     finally:
         _budget.reset(token)
+
+
+@contextmanager
+def batching(queue: BatchQueue | None) -> Iterator[None]:
+    """Send the chat requests made inside the block through the Batch API (None: online)."""
+    token = _batch.set(queue)
+    try:
+        yield
+    finally:
+        _batch.reset(token)
 
 
 class Gateway:
@@ -279,6 +309,11 @@ class Gateway:
             lambda response: {"text": (response.choices[0].message.content if response.choices else None) or ""},
             check_prompt=True,
             prompt_key=key,
+            batch_body={
+                "model": model,
+                "messages": messages,
+                **{k: v for k, v in extra.items() if k != "service_tier"},
+            },
         )
         return Completion(body["text"], call)
 
@@ -306,11 +341,13 @@ class Gateway:
         decode,
         check_prompt=False,
         prompt_key: str | None = None,
+        batch_body: dict | None = None,
     ) -> tuple[dict, CallRecord]:
-        """cache -> budget -> limiter and retries -> usage, price, limits settled -> recorded."""
+        """cache -> (batch) -> budget -> limiter and retries -> usage, price, limits settled -> recorded."""
         endpoint = self.endpoint(stage)
         started = time.monotonic()
         key = cache_key(endpoint, model, payload)
+        queue = _batch.get() if batch_body is not None else None
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             call = CallRecord(
                 stage=stage,
@@ -320,13 +357,27 @@ class Gateway:
                 usd=Decimal(0),
                 cached=True,
             )
+            if queue is not None and hit.get("batch_run") == queue.run_id:
+                return hit, call  # this run's batch answer: the batch driver accounted it, once
             return hit, self._account(call)
         reserved = prompt + output
         budget = _budget.get()
         tier = "standard" if payload[0] == "embeddings" else self.options.service_tier
-        reserved_usd = self.prices.usd(model, Usage(prompt_tokens=prompt, completion_tokens=output), tier) or Decimal(0)
+        batched = queue is not None and self.cache is not None
+        expected = Usage(prompt_tokens=prompt, completion_tokens=output)
+        reserved_usd = self.prices.usd(model, expected, "batch" if batched else tier) or Decimal(0)
         if budget is not None:
-            budget.reserve(reserved_usd)
+            budget.reserve(reserved_usd)  # a spent budget stops a batch request too (the driver charges the lines)
+        if batched and queue is not None and queue.defer(key, stage, model, batch_body or {}):
+            if budget is not None:
+                budget.settle(reserved_usd, Decimal(0))
+            raise AwaitingBatch(queue.retry_in, f"{stage} request to {model} is in the run's batch")
+        if batched:  # sent online after its last try in a batch: reserved again at the online price
+            if budget is not None:
+                budget.settle(reserved_usd, Decimal(0))
+            reserved_usd = self.prices.usd(model, expected) or Decimal(0)
+            if budget is not None:
+                budget.reserve(reserved_usd)
         try:
             response, headers, attempts, throttled, timeouts = self._call(endpoint, model, send, reserved, prompt_key)
         except Deferred:
@@ -424,6 +475,45 @@ class Gateway:
                 setattr(err, f"prism_{name}", value)  # read back where the failed call is recorded
             raise
         return response, headers, attempts, throttled, timeouts
+
+    # -- the Batch API: the same requests, sent as files ---------------------------------------
+
+    def upload_batch(self, stage: Stage, data: bytes, name: str) -> str:
+        return self._batch_call(stage, lambda c: c.files.create(file=(name, data), purpose="batch")).id
+
+    def create_batch(self, stage: Stage, file_id: str, metadata: dict[str, str]) -> dict:
+        return self._batch_call(
+            stage,
+            lambda c: c.batches.create(
+                input_file_id=file_id, endpoint=batch.URL, completion_window=batch.WINDOW, metadata=metadata
+            ),
+        ).model_dump()
+
+    def get_batch(self, stage: Stage, batch_id: str) -> dict:
+        return self._batch_call(stage, lambda c: c.batches.retrieve(batch_id)).model_dump()
+
+    def cancel_batch(self, stage: Stage, batch_id: str) -> dict:
+        return self._batch_call(stage, lambda c: c.batches.cancel(batch_id)).model_dump()
+
+    def list_batches(self, stage: Stage) -> list[dict]:
+        return self._batch_call(stage, lambda c: [b.model_dump() for b in c.batches.list(limit=100)])
+
+    def batch_file(self, stage: Stage, file_id: str) -> bytes:
+        return self._batch_call(stage, lambda c: c.files.content(file_id).content)
+
+    def _batch_call(self, stage: Stage, send):
+        """One Batch API or Files API request, retried like a chat request."""
+        client = self._client(self.endpoint(stage))
+        retrying = Retrying(
+            retry=retry_if_exception(is_retryable),
+            wait=self._wait,
+            stop=stop_after_attempt(self.policy.max_attempts),
+            reraise=True,
+        )
+        try:
+            return retrying(send, client)
+        except openai.OpenAIError as err:
+            raise BatchApiError(describe(err)) from err
 
     def _client(self, endpoint: Endpoint) -> openai.OpenAI:
         if endpoint not in self._clients:

@@ -73,7 +73,7 @@ class CallRecord(BaseModel):
     timeouts: int = 0  # attempts that timed out: the provider may have generated, and billed, them
     prompt_token_gap: int | None = None  # prompt tokens the server did not count (far fewer than sent)
     cached: bool = False  # answered from the response cache: no request, no tokens, $0
-    tier: str = "standard"  # the service tier that answered: standard or flex
+    tier: str = "standard"  # the service tier that answered: standard, flex or batch
     input_usd: Decimal | None = None  # the prompt side of usd (cached tokens at their rate)
     # What the levers saved on this call: cached tokens against the full input rate, and the
     # tier against standard prices.
@@ -271,6 +271,7 @@ class RunManifest(BaseModel):
     embedded: bool
     budget_usd: Decimal | None = None
     reuse: bool = True  # copy results of earlier runs with the same job id
+    via: Literal["online", "batch"] = "online"  # how LLM requests are sent: one by one, or in Batch API files
     requeues: int = 0  # times missing jobs were enqueued again after the fleet went quiet
     counts: dict[str, int] = {}  # documents, chunks, invalid_rows, done, failed, pending
     timings: dict[str, float] = {}  # plan_s, wall_s

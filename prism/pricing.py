@@ -15,8 +15,8 @@ from pydantic import BaseModel
 from prism.models import Usage
 
 _MILLION = Decimal(1_000_000)
-# Flex processing is billed at the Batch API's rates: half of standard, input, cached input and output.
-TIER_FACTOR: dict[str, Decimal] = {"standard": Decimal(1), "flex": Decimal("0.5")}
+# The Batch API (and flex processing) bills half of standard: input, cached input and output.
+TIER_FACTOR: dict[str, Decimal] = {"standard": Decimal(1), "flex": Decimal("0.5"), "batch": Decimal("0.5")}
 
 
 class Rates(BaseModel):

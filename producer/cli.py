@@ -22,6 +22,7 @@ from producer.plan import RunSpec
 from producer.runs import RunEnd, RunError, Runs, check_run_id, new_run_id
 from producer.state import RunState, cost_report
 from workers import logs
+from workers.batches import batch_summary
 from workers.ledger import last_over
 from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings, SettingsProblem, load_settings
@@ -117,6 +118,13 @@ def run(
             help="Nightly: start from the last run over --corpus; questions with nothing new in scope are reused at $0.",
         ),
     ] = False,
+    via: Annotated[
+        str | None,
+        typer.Option(
+            "--via",
+            help="online, or batch: the LLM requests go in Batch API files at half price, answers within 24 h (PRISM_VIA).",
+        ),
+    ] = None,
 ) -> None:
     """Plan, enqueue, wait with a progress bar, write the report and print a summary.
 
@@ -142,6 +150,7 @@ def run(
         "budget_usd": budget_usd,
         "results": results,
         "filings_per_question": filings,
+        "via": via,
     }
     settings = _settings(flags)
     config = with_examples(with_prior(settings.run_config(), settings), settings)
@@ -154,6 +163,7 @@ def run(
         reuse=not fresh,
         limit=limit,
         corpus=corpus,
+        via=settings.via,
     )
     if new:
         assert corpus is not None
@@ -321,6 +331,8 @@ def status(run_id: str, results: ResultsOpt = None) -> None:
         eta_text,
     )
     Console().print(table)
+    if manifest.via == "batch":
+        Console().print(batch_summary(store, run_id), highlight=False)
 
 
 @app.command()
@@ -523,7 +535,7 @@ def _settings(flags: dict | None = None) -> Settings:
 
 _FLAGS = {k: k.replace("_", "-") for k in ("doc_ranker", "chunk_ranker", "doc_prompt", "chunk_prompt", "top_n")}
 _FLAGS |= {"prefilter_keep": "prefilter", "icl_documents": "icl-documents", "icl_chunks": "icl-chunks"}
-_FLAGS |= {"budget_usd": "budget-usd", "results": "results", "filings_per_question": "filings"}
+_FLAGS |= {"budget_usd": "budget-usd", "results": "results", "filings_per_question": "filings", "via": "via"}
 
 
 def _runs(settings: Settings) -> Runs:

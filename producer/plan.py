@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlparse
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
@@ -83,6 +84,7 @@ class RunSpec:
     limit: int | None = None  # plan at most this many queries
     corpus: str | None = None  # a question set over this corpus (input is the question set)
     since: str | None = None  # `--new`: the last run over the corpus, whose unchanged questions are copied
+    via: Literal["online", "batch"] = "online"  # batch: the LLM requests go through the Batch API
 
 
 def input_files(uri: str, settings: Settings) -> list[str]:
@@ -219,6 +221,7 @@ def _plan_query(
         source=source,
         config=spec.config,
         budget_usd=spec.budget_usd,
+        via=spec.via,
     )
     if q.task == "documents":
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))

@@ -309,6 +309,7 @@ def _plan_pair(
         source=spec.input,
         config=spec.config,
         budget_usd=spec.budget_usd,
+        via=spec.via,
     )
     budget = spec.config.segment_tokens
     if spec.config.prefilter_keep:  # the kept chunks depend on the question: an input per pair

@@ -29,6 +29,7 @@ from producer.state import RunState, cost_report
 from workers import keys
 from workers import runtime as runtimes
 from workers.app import make_app
+from workers.batches import BatchDriver, BatchLimits
 from workers.budget import RunBudget
 from workers.corpus import Corpus
 from workers.embedded import embedded_worker
@@ -92,6 +93,7 @@ class Runs:
             reuse=spec.reuse,
             corpus=spec.corpus,
             since=spec.since,
+            via=spec.via,
         )
         return self._execute(spec, manifest, wait, timeout)
 
@@ -110,6 +112,7 @@ class Runs:
             manifest.reuse,
             corpus=manifest.corpus,
             since=manifest.since,
+            via=manifest.via,
         )
         manifest = manifest.model_copy(update={"budget_usd": budget, "finished_at": None, "error": None})
         self.console.print(f"resuming {run_id}: {reopened} job(s) the budget had stopped are pending again")
@@ -120,6 +123,7 @@ class Runs:
             raise RunError("--no-wait needs a fleet (PRISM_BROKER_URL): embedded workers stop when the command ends")
         budget = self._budget(spec)
         store = self.runtime.store(spec.results)
+        driver = self._batch_driver(spec, store)
         manifest = manifest.model_copy(update={"owner": OWNER, "status": "planning"})
         put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
         spent = budget.exhausted if budget else (lambda: False)
@@ -155,7 +159,7 @@ class Runs:
                     )
                 return RunEnd(manifest)
             state, requeues = self.watch(
-                RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent)
+                RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent), driver
             )
             if plan.awaiting:  # a question set: its filings are chosen from the document rankings just done
                 plan = self._plan(spec, store, spent)
@@ -190,6 +194,21 @@ class Runs:
         plan.progress_base = base
         return plan
 
+    def _batch_driver(self, spec: RunSpec, store: Store) -> BatchDriver | None:
+        """The producer submits and polls a batch-mode run's batches (its ids are in the run's
+        store, so a resumed run polls them instead of submitting again)."""
+        if spec.via != "batch":
+            return None
+        s, gateway = self.settings, self.runtime.gateway
+        if gateway is None:
+            return None  # no LLM: the $0 rankers make no request to batch
+        if gateway.cache is None:
+            raise RunError(
+                "--via batch needs the response cache, where the batches' answers wait: set PRISM_CACHE=true"
+            )
+        limits = BatchLimits(s.batch_max_lines, int(s.batch_max_mb * 1024 * 1024), s.batch_max_tries, s.batch_gather_s)
+        return BatchDriver(store, spec.run_id, gateway, limits, self._budget(spec))
+
     def _budget(self, spec: RunSpec) -> RunBudget | None:
         if spec.budget_usd is None:
             return None
@@ -205,14 +224,20 @@ class Runs:
     # -- watch -------------------------------------------------------------------------------
 
     def watch(
-        self, state: RunState, plan: Plan, timeout: float | None, replan: Callable[[], Plan]
+        self,
+        state: RunState,
+        plan: Plan,
+        timeout: float | None,
+        replan: Callable[[], Plan],
+        driver: BatchDriver | None = None,
     ) -> tuple[RunState, int]:
         """Wait until every enqueued job has an outcome. Progress is counted beside the store
         (Redis, or memory when embedded); the store is read every few seconds for the cost
         line. When nothing moves for ``stall_s`` and no worker holds a task, the missing jobs
         were lost (a broker restart, a chord that cannot finish): enqueue them again,
         ``max_requeues`` times at most, then record them as failed. Outcomes are write-once,
-        so a job that was only slow is not stored twice."""
+        so a job that was only slow is not stored twice. A batch-mode run's batches are polled,
+        and new ones submitted, every ``batch_poll_s``."""
         s, progress = self.settings, self.runtime.progress
         run = keys.progress(state.store.uri, state.layout.run_id)
         deadline = time.monotonic() + timeout if timeout else None
@@ -225,18 +250,21 @@ class Runs:
             return lambda: offset + progress.count(run) - base
 
         finished_now, requeues = counted(), 0
-        last_finished, last_change, last_read = -1, time.monotonic(), 0.0
+        last_finished, last_change, last_read, last_tick, batches = -1, time.monotonic(), 0.0, 0.0, ""
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, TimeRemainingColumn(), console=self.console) as bar_view:
             bar = bar_view.add_task("ranking", total=expected)
             while True:
                 try:
+                    if driver is not None and time.monotonic() - last_tick >= s.batch_poll_s:
+                        batches, last_tick = "; " + driver.tick(), time.monotonic()
+                        bar_view.update(bar, description=f"ranking{batches}")
                     finished = finished_now()
                     if time.monotonic() - last_read > 10 or finished >= expected:
                         state.poll()
                         last_read = time.monotonic()
                         usd = cost_report(state)["total"]["usd"]
-                        description = f"ranking (failed {len(state.job_failures)}, ${float(usd):.4f})"
+                        description = f"ranking (failed {len(state.job_failures)}, ${float(usd):.4f}){batches}"
                         bar_view.update(bar, description=description)
                 except Exception as err:  # noqa: BLE001 - the store or Redis may be down a while
                     bar_view.console.print(

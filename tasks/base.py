@@ -25,7 +25,7 @@ from celery.exceptions import Retry
 from pydantic import BaseModel
 
 from prism import icl
-from prism.llm import BudgetExhausted, RateLimited, recording, spending
+from prism.llm import BudgetExhausted, RateLimited, batching, recording, spending
 from prism.models import CallRecord
 from workers import runtime
 from workers.messages import AggregateJob, Job, SegmentJob
@@ -43,6 +43,9 @@ class JobTask(Task):
 
     abstract = True
     message: ClassVar[type[BaseModel]]
+    # Rate limits and batch waits put a job back as often as they last (Celery's default is 3);
+    # storage hiccups are counted apart, against MAX_TRANSIENT_RETRIES.
+    max_retries = None
 
     @property
     def runtime(self) -> runtime.Runtime:
@@ -57,7 +60,7 @@ class JobTask(Task):
         with recording() as calls:
             token = _calls.set(calls)
             try:
-                with spending(rt.budget(job)), icl.about(job.query_id):
+                with spending(rt.budget(job)), batching(rt.batch_queue(job)), icl.about(job.query_id):
                     return self.run(*args)
             except Retry:
                 raise

@@ -6,7 +6,8 @@
     runs/<run_id>/skipped/<task>/<name>.json       stopped by the run's budget (Outcome.SKIPPED)
     runs/<run_id>/failures/input/<name>.json       a bad input row or file     (Outcome.INVALID)
     runs/<run_id>/inputs/<name>.json               a chunk query's candidates (claim check)
-    runs/<run_id>/spent/<id>.json                  calls no outcome holds (a second delivery)
+    runs/<run_id>/spent/<id>.json                  calls no outcome holds (a second delivery, a batch's lines)
+    runs/<run_id>/batch/{pending,online,batches}/  a batch-mode run's requests and batches (workers/batches.py)
     index/jobs/<job_id>                            the key of a stored result, for later runs
 
 A query without any of these is pending. ``<name>`` is :func:`safe_name` of the query id: any
@@ -68,6 +69,10 @@ class RunLayout:
 
     def spent(self, name: str) -> str:
         return f"{self.base}/spent/{name}.json"
+
+    def batch(self, kind: str, name: str = "") -> str:
+        """A batch-mode run's records: pending/<key>, online/<key>, batches/<batch id>."""
+        return f"{self.base}/batch/{kind}/" + (f"{name}.json" if name else "")
 
     @staticmethod
     def index(job_id: str) -> str:

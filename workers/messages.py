@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -21,6 +21,7 @@ class Job(BaseModel):
     task: Task
     config: RunConfig
     budget_usd: Decimal | None = None
+    via: Literal["online", "batch"] = "online"  # batch: chat requests go through the run's Batch API files
 
 
 class DocumentJob(Job):

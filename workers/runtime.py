@@ -19,6 +19,7 @@ from prism.rankers import Ranker, build_ranker
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import ChunkInput
 from workers import metrics, priors
+from workers.batches import StoreBatchQueue
 from workers.budget import RunBudget
 from workers.cache import TieredCache
 from workers.corpus import Corpus
@@ -99,6 +100,12 @@ class Runtime:
         if self.redis is None:
             raise RuntimeError("a run budget needs Redis (PRISM_BROKER_URL or PRISM_REDIS_URL)")
         return RunBudget(self.redis, job.run_id, job.budget_usd)
+
+    def batch_queue(self, job: Job) -> StoreBatchQueue | None:
+        """Where a batch-mode job's requests wait for their batch; None: online."""
+        if job.via != "batch":
+            return None
+        return StoreBatchQueue(self.store(job.results), job, self.settings.batch_poll_s)
 
     def ranker(self, config: RunConfig, stage: Stage) -> Ranker:
         key = (config.fingerprint(), stage)

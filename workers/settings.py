@@ -95,6 +95,15 @@ class Settings(BaseSettings):
     cache_ttl_s: int = Field(90 * 24 * 3600, ge=1)
     cache_hot_ttl_s: int = Field(24 * 3600, ge=1)
     budget_usd: Decimal | None = Field(None, gt=0)  # per run; the run stops at this spend
+    # --via batch: requests go in Batch API files at half price; jobs look for their answers
+    # every batch_poll_s, the producer polls the batches as often and submits what has waited
+    # batch_gather_s with nothing new joining; a request is sent online after batch_max_tries batches
+    via: Literal["online", "batch"] = "online"
+    batch_poll_s: float = Field(30.0, gt=0)
+    batch_gather_s: float = Field(10.0, ge=0)
+    batch_max_tries: int = Field(3, ge=1)
+    batch_max_lines: int = Field(50_000, ge=1, le=50_000)
+    batch_max_mb: float = Field(200.0, gt=0, le=200)
     stall_s: float = Field(120.0, gt=0)  # no progress and nothing running this long: re-enqueue what is missing
     max_requeues: int = Field(3, ge=0)
 

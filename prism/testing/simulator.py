@@ -41,6 +41,7 @@ from prism.lexical import LexicalRanker
 from prism.models import Query
 from prism.rankers import document_lexical_ranker
 from prism.segmenting import TokenCounter
+from prism.testing.batches import BatchApi
 from prism.testing.prompt_cache import CacheModel, PromptCache
 
 FAULTS = (
@@ -114,6 +115,7 @@ class Simulator:
         self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
+        self.batch = BatchApi(self.answer)  # /v1/files and /v1/batches
 
     @property
     def url(self) -> str:
@@ -472,12 +474,18 @@ def _error(message: str, code: str | None) -> dict:
     return {"error": {"message": message, "type": code or "server_error", "code": code, "param": None}}
 
 
+def _batch_route(path: str) -> bool:
+    return bool(re.search(r"/(files|batches)(/|\?|$)", path))
+
+
 def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            if self.path.rstrip("/").endswith("/models"):
+            if _batch_route(self.path):
+                self._send_batch("GET", b"")
+            elif self.path.rstrip("/").endswith("/models"):
                 self._send(200, {"object": "list", "data": [{"id": "simulator", "object": "model"}]})
             else:
                 self._send(404, _error("not found", None))
@@ -485,6 +493,9 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             route = self.path.rstrip("/")
+            if _batch_route(self.path):
+                self._send_batch("POST", self.rfile.read(length))
+                return
             if not route.endswith(("/chat/completions", "/embeddings")):
                 self._send(404, _error(f"no route {self.path}", None))
                 return
@@ -499,11 +510,16 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 time.sleep(delay)
             self._send(status, payload, headers)
 
-        def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode()
+        def _send_batch(self, method: str, body: bytes) -> None:
+            status, payload = sim.batch.handle(method, self.path, self.headers, body)
+            self._send(status, payload)
+
+        def _send(self, status: int, payload: dict | bytes, headers: dict[str, str] | None = None) -> None:
+            raw = isinstance(payload, bytes)  # a file's content
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             try:
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", "application/octet-stream" if raw else "application/json")
                 self.send_header("content-length", str(len(data)))
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
