@@ -40,8 +40,8 @@ def broker(tmp_path_factory):
 @pytest.fixture()
 def sim():
     """A simulator of its own per test: its own endpoint, so no test answers another's requests
-    from the response cache."""
-    with Simulator(SimulatorConfig(mode="oracle")) as s:
+    from the response cache. No provider prompt cache: these runs compare the tiers alone."""
+    with Simulator(SimulatorConfig(mode="oracle", cache=None)) as s:
         s.add_queries(load(DOC_DEV, limit=10))
         s.add_queries(load(PAGES, limit=4))
         s.batch.config = BatchConfig(validate_s=0.1, process_s=0.8, finalize_s=0.1, cancel_s=0.1)
