@@ -91,12 +91,14 @@ def test_in_context_examples_reach_the_prompt_and_never_the_query_itself(tmp_pat
         PRISM_ICL_INDEX=str(index),
         PRISM_CHUNK_RANKER="lexical",
     )
-    asked = [r for r in fresh_simulator.requests if r["system"] and "Worked examples" in r["system"]]
+    # question_last: a query's own examples follow the candidates, outside the shared prefix.
+    asked = [r for r in fresh_simulator.requests if r["user"] and "Worked examples" in r["user"]]
     assert len(asked) == 3  # one per document query
     questions = [q.question for q in __import__("tests.conftest", fromlist=["load"]).load(DOC_DEV, limit=3)]
     for question in questions:  # the workers' order is not the input's: match prompts by question
         (request,) = [r for r in asked if question in r["user"]]
-        examples = request["system"].split("Worked examples", 1)[1]
+        assert "Worked examples" not in (request["system"] or "")
+        examples = request["user"].split("Worked examples", 1)[1]
         assert examples.count("\n- ") == 5 and question not in examples  # the index holds this very row
 
 
