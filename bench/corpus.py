@@ -4,7 +4,14 @@ questions run with the company as their scope (the filing is chosen by the pipel
 filing-type prior and the period resolver), chunks ranked by BM25, embedded, no services. Qrels
 are FinanceBench's evidence pages over (filing, page): evidence from another filing scores 0.
 
-    python bench/corpus.py [--chunk-ranker lexical|hybrid]
+    python bench/corpus.py [--chunk-ranker financial|lexical|hybrid] [--no-fleet]
+
+Then the same question set through the fleet (SeaweedFS, Redis, two celery worker processes) with
+the LLM path on the oracle simulator (noise 0.2: a fifth of the grades replaced by random ones):
+the `oracle_` keys. Each question's form types are ranked first by the LLM (document jobs), then
+its filing is chosen and its pages ranked. The simulator ranks from FinanceBench's graded form
+types and pages, so those keys check the pipeline around the LLM (document ranking, filing choice,
+segments, aggregation, evidence), not a model.
 
 evidence_page_num is 0-based (the derived rows' chunk index, checked against the page texts in
 SOURCE.md); the question set gives 1-based pages, as a PDF viewer shows them.
@@ -27,6 +34,7 @@ from workers.store import LocalStore
 
 DOC_INFO = SHARED / "financebench" / "financebench_document_information.jsonl"
 QUESTIONS = SHARED / "financebench" / "financebench_open_source.jsonl"
+DOC_RANKING = SHARED / "financebench" / "financebench_document_ranking.jsonl"  # graded filing types per question
 
 
 def question_set(path: Path) -> int:
@@ -45,9 +53,50 @@ def question_set(path: Path) -> int:
     return len(rows)
 
 
+def oracle_fleet(questions: Path, work: Path) -> dict:
+    """The question set on the fleet, chunks ranked by the LLM path on the oracle simulator."""
+    from _common import Fleet
+
+    from prism.datasets import load_queries
+    from prism.testing.simulator import Simulator, SimulatorConfig
+    from workers.store import S3Store
+    from workers.testing import prism_cli
+
+    with Simulator(SimulatorConfig(mode="oracle", noise=0.2, seed=7)) as sim:
+        sim.add_queries(load_queries(PAGES) + load_queries(DOC_RANKING))  # pages, and the form types
+        with Fleet(sim, work / "fleet") as fleet:
+            ingest_source(PAGES, S3Store(fleet.bucket, "corpus", fleet.s3.client()), meta=DOC_INFO)
+            fleet.start_workers(2, concurrency=1)
+            corpus, results = f"s3://{fleet.bucket}/corpus", f"s3://{fleet.bucket}/prism"
+            args = [
+                "run",
+                "--questions",
+                str(questions),
+                "--corpus",
+                corpus,
+                "--results",
+                results,
+                "--run-id",
+                "oracle",
+            ]
+            done = prism_cli(args, fleet.env | {"PRISM_CHUNK_RANKER": "llm"}, fleet.workdir, timeout=1800)
+            if done.returncode != 0:
+                raise SystemExit(f"prism run failed:\n{done.stderr[-3000:]}")
+            client = fleet.s3.client()
+
+            def get(name: str) -> dict:
+                return json.loads(
+                    client.get_object(Bucket=fleet.bucket, Key=f"prism/runs/oracle/{name}")["Body"].read()
+                )
+
+            metrics, cost = get("evidence_metrics.json"), get("cost.json")["total"]
+            return metrics | {"calls": cost["calls"], "usd": cost["usd"], "requests": sim.stats["requests"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--chunk-ranker", default="lexical")
+    parser.add_argument("--chunk-ranker", default="financial")
+    parser.add_argument("--no-fleet", action="store_true", help="the $0 path only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -94,12 +143,22 @@ def main() -> None:
             row_layout_bytes=row_bytes,
             chunk_ranker=args.chunk_ranker,
         )
+        oracle = {}
+        if not args.no_fleet:
+            fleet = oracle_fleet(work / "questions.jsonl", work)
+            report(oracle_calls=fleet["calls"], oracle_usd=float(fleet["usd"]), oracle_judged=fleet["judged"])
+            oracle = {
+                "oracle_filing_top1": fleet["filing_top1"],
+                "oracle_evidence_recall5": fleet["evidence_recall@5"],
+                "oracle_evidence_ndcg5": fleet["evidence_ndcg@5"],
+            }
         report(
             filings=summary.ingested,
             questions=questions,
             filing_top1=m["filing_top1"],
             evidence_recall5=m["evidence_recall@5"],
             evidence_ndcg5=m["evidence_ndcg@5"],
+            **oracle,
             stored_bytes_ratio=(Corpus(corpus_store).stored_bytes() + run_bytes) / row_bytes,
         )
 

@@ -3,11 +3,18 @@ from the document information): pages per second into a local folder and into S3
 the bytes stored, and those bytes over what the row-per-question layout stores for the same
 questions (one chunk input with the whole candidate list per question).
 
+Then through the fleet: the rows split into one file per filing (a rows file is one ingest task,
+as a PDF is), ingested into S3 by `prism ingest`'s tasks on 1 and then 2 worker processes
+(concurrency 1 each, Redis broker), pages per second from the first task sent to the last done.
+
     python bench/ingest.py
 """
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +32,8 @@ SEGMENT_TOKENS = 32_000  # RunConfig's default segment budget: what a run's chun
 
 
 def row_layout_bytes(counter: TokenCounter) -> tuple[int, int]:
-    """Bytes of runs/<id>/inputs/<query_id>.json for every page row (as the producer writes them)."""
+    """Bytes of one runs/<id>/inputs/<query_id>.json per page row: the row-per-question layout (the
+    whole candidate list stored once per question), the baseline of stored_bytes_ratio."""
     queries = load_queries(PAGES)
     total = sum(
         len(prepare(q.question, q.candidates, counter, SEGMENT_TOKENS).model_dump_json(indent=1).encode())
@@ -53,6 +61,46 @@ def ingest(store, counter: TokenCounter) -> dict:
     }
 
 
+def shard_by_filing(folder: Path) -> int:
+    """The page rows, one rows file per filing; the number of files."""
+    by_doc: dict[str, list[str]] = {}
+    with gzip.open(PAGES, "rt") as rows:
+        for line in rows:
+            if line.strip():
+                by_doc.setdefault(json.loads(line)["doc_name"], []).append(line)
+    folder.mkdir(parents=True)
+    for doc, lines in by_doc.items():
+        (folder / f"{doc}.jsonl.gz").write_bytes(gzip.compress("".join(lines).encode(), mtime=0))
+    return len(by_doc)
+
+
+def fleet_ingest(shards: Path, workdir: Path, s3, bucket: str, workers: int) -> dict:
+    """`prism ingest` of the shards on ``workers`` celery worker processes; its figures."""
+    from _common import redis_db
+
+    from prism.ingest import Chunking
+    from producer.ingest import ingest
+    from workers.settings import load_settings
+    from workers.testing import WorkerProcess, fleet_env
+
+    env = fleet_env(redis_db(13), s3.endpoint, None)
+    started = [WorkerProcess(env, workdir / f"ingest-{workers}w-{i}.log", concurrency=1) for i in range(workers)]
+    saved = dict(os.environ)
+    try:
+        os.environ.update(env)
+        settings = load_settings()
+        began = time.perf_counter()
+        summary = ingest(str(shards), f"s3://{bucket}/corpus-{workers}w", settings, Chunking(), str(DOC_INFO))
+        seconds = time.perf_counter() - began
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        for worker in started:
+            worker.stop()
+    assert summary.failed == 0 and summary.ingested == 74, summary.failures[:3]
+    return {"pages": summary.pages, "seconds": seconds}
+
+
 def main() -> None:
     from workers.testing import SeaweedS3, s3_client
 
@@ -66,6 +114,10 @@ def main() -> None:
             client = s3_client(server.endpoint)
             client.create_bucket(Bucket="bench-corpus")
             s3 = ingest(S3Store("bench-corpus", "prism", client), counter)
+            shards = Path(tmp) / "shards"
+            files = shard_by_filing(shards)
+            one = fleet_ingest(shards, Path(tmp), server, "bench-corpus", 1)
+            two = fleet_ingest(shards, Path(tmp), server, "bench-corpus", 2)
         finally:
             server.stop()
     assert local["bytes"] == s3["bytes"], (local["bytes"], s3["bytes"])
@@ -83,6 +135,10 @@ def main() -> None:
         row_layout_rows=rows,
         row_layout_bytes=row_bytes,
         corpus_bytes_ratio=local["bytes"] / row_bytes,
+        fleet_files=files,
+        ingest_pages_per_s_1w=one["pages"] / one["seconds"],
+        ingest_pages_per_s_2w=two["pages"] / two["seconds"],
+        ingest_2w_over_1w=one["seconds"] / two["seconds"],
     )
 
 

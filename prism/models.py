@@ -254,6 +254,8 @@ class RunManifest(BaseModel):
     owner: str | None = None  # "host:pid" of the producer planning (or, embedded, running) it
     input: str  # rows, or a question set when ``corpus`` is set
     corpus: str | None = None  # the corpus a question set runs over
+    since: str | None = None  # a `--new` run: the last run over the corpus it starts from
+    changes: dict = {}  # a `--new` run: filings and questions new or changed since then
     results: str
     created_at: datetime
     finished_at: datetime | None = None

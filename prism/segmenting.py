@@ -30,9 +30,10 @@ class TokenCounter:
     """Exact counts with tiktoken's encoding when it can be had; else a conservative estimate
     (one token per three characters, above the real count for English and financial text)."""
 
-    def __init__(self, encoding: str = "o200k_base"):
+    def __init__(self, encoding: str = "o200k_base", threads: int = 2):
         self.encoding = _load_encoding(encoding)
         self.exact = self.encoding is not None
+        self.threads = threads  # tiktoken's batch threads
 
     def count(self, text: str) -> int:
         if self.encoding is None:
@@ -42,7 +43,7 @@ class TokenCounter:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         if self.encoding is None:
             return [self.count(t) for t in texts]
-        return [len(ids) for ids in self.encoding.encode_ordinary_batch(list(texts), num_threads=2)]
+        return [len(ids) for ids in self.encoding.encode_ordinary_batch(list(texts), num_threads=self.threads)]
 
     def truncate(self, text: str, tokens: int) -> str:
         if self.encoding is None:

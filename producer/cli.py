@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from importlib.resources import files
@@ -21,6 +22,7 @@ from producer.runs import RunEnd, RunError, Runs, check_run_id, new_run_id
 from producer.state import RunState, cost_report
 from workers import logs
 from workers.batches import batch_summary
+from workers.ledger import last_over
 from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings, SettingsProblem, load_settings
 from workers.store import open_input, open_store
@@ -115,6 +117,13 @@ def run(
             help="online, or batch: the LLM requests go in Batch API files at half price, answers within 24 h (PRISM_VIA).",
         ),
     ] = None,
+    new: Annotated[
+        bool,
+        typer.Option(
+            "--new",
+            help="Nightly: start from the last run over --corpus; questions with nothing new in scope are reused at $0.",
+        ),
+    ] = False,
 ) -> None:
     """Plan, enqueue, wait with a progress bar, write the report and print a summary.
 
@@ -126,6 +135,8 @@ def run(
         raise RunError("--questions and --corpus go together: a question set runs over a corpus")
     if questions is not None and input is not None:
         raise RunError(f"{input}: give INPUT or --questions, not both")
+    if new and corpus is None:
+        raise RunError("--new goes with --questions and --corpus: it starts from the last run over a corpus")
     flags = {
         "doc_ranker": doc_ranker,
         "chunk_ranker": chunk_ranker,
@@ -153,6 +164,12 @@ def run(
         corpus=corpus,
         via=settings.via,
     )
+    if new:
+        assert corpus is not None
+        since = last_over(open_store(settings.results, settings), corpus)
+        if since is None:
+            console.print(f"--new: no earlier run over {corpus} in {settings.results}; every question is planned")
+        spec = replace(spec, since=since)
     runs = _runs(settings)
     _print_settings(settings, spec, questions or input or SAMPLE)
     _end(runs.start(spec, wait, timeout), wait)
@@ -189,24 +206,37 @@ def ingest(
     ] = 512,
 ) -> None:
     """Ingest filings (PDF, HTML, text, or benchmark rows) into a corpus, once per version: an
-    unchanged filing is a no-op, a changed one a new version. A filing that cannot be read is a
-    stored failure; the rest go on. Exits 1 when no filing could be ingested."""
+    unchanged filing is a no-op, a changed one a new version. One fleet task per file (in this
+    process when no broker is configured). A filing that cannot be read is a stored failure; the
+    rest go on. Exits 1 when no filing could be ingested."""
     from pathlib import Path
 
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from prism.ingest.models import Chunking
-    from workers.corpus import ingest_source
+    from producer.ingest import ingest as ingest_files
 
     settings = _settings()
     if not source.startswith("s3://") and not Path(source).exists():
         raise RunError(f"{source}: no such file or folder")
-    target = open_store(corpus, settings)
-    origin = open_store(source, settings) if source.startswith("s3://") else source
-    with console.status(f"ingesting {source} ..."):
-        summary = ingest_source(origin, target, Chunking(chunk_tokens=chunk_tokens), meta)
+    if meta is not None and not Path(meta).is_file():
+        raise RunError(f"--meta {meta}: no such file")
+    columns = (TextColumn("ingesting files"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("ingest", total=None)
+        summary = ingest_files(
+            source,
+            corpus,
+            settings,
+            Chunking(chunk_tokens=chunk_tokens),
+            meta,
+            on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+            on_note=lambda text: bar.console.print(f"[yellow]{text}[/yellow]"),
+        )
     console.print(
         f"{summary.sources} sources: {summary.ingested} filings ingested, {summary.new_versions} new versions, "
         f"{summary.unchanged} unchanged, {summary.failed} failed; {summary.pages} pages ({summary.empty_pages} "
-        f"empty), {summary.chunks} chunks, {summary.tokens} tokens in {summary.seconds:.1f} s: {target.uri}"
+        f"empty), {summary.chunks} chunks, {summary.tokens} tokens in {summary.seconds:.1f} s: {corpus}"
     )
     for failure in summary.failures[:10]:
         console.print(f"[yellow]not ingested:[/yellow] {failure}", highlight=False)

@@ -37,6 +37,7 @@ COLUMNS = (
     "score",
     "grade",
     "excerpt",
+    "answer",  # with the evidence ranker: its answer from this evidence (the rows are its citations)
 )
 
 
@@ -89,6 +90,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
                 filings[key] = corpus.get_filing(*key)
             filing = filings[key]
             scores = result.ranking.scores or []
+            answer = (result.ranking.details or {}).get("answer") or ""
             for position, index in enumerate(result.ranking.indices):
                 chunk = filing.chunks[index]
                 grade = grades.get((filing.id, chunk.page), grades.get((filing.id, chunk.id)))
@@ -110,6 +112,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
                         "score": float(scores[position]) if position < len(scores) else None,
                         "grade": grade,
                         "excerpt": " ".join(chunk.text.split())[:EXCERPT_CHARS],
+                        "answer": answer,
                     }
                 )
         relevant = {k for k, g in grades.items() if g > 0}
@@ -162,6 +165,7 @@ def write(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
             ("score", pa.float64()),
             ("grade", pa.int32()),
             ("excerpt", pa.string()),
+            ("answer", pa.string()),
         ]
     )
     table = pa.Table.from_pylist(rows, schema=schema)
@@ -182,6 +186,9 @@ def markdown(rows: list[dict], metrics: dict, per_question: int = 3, questions: 
         by_question.setdefault(row["question_id"], []).append(row)
     for qid, items in list(by_question.items())[:questions]:
         out += ["", f"**{qid}**: {items[0]['question'][:200]}", ""]
+        if items[0]["answer"]:
+            cited = ", ".join(f"`{r['chunk_id']}`" for r in items if r["answer"] == items[0]["answer"])
+            out += [f"answer: {items[0]['answer'][:400]} (from {cited})", ""]
         for r in items[:per_question]:
             where = f"page {r['page']}" if r["page"] is not None else f"section {r['section']}"
             score = f", score {r['score']:.3f}" if r["score"] is not None else ""

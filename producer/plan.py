@@ -1,4 +1,6 @@
 """Read the input, check every row, and enqueue one job per valid query that still needs one.
+Chunk rows whose candidate lists are identical (questions over one filing) share one stored
+input; the question travels in the job message.
 
 A query whose result this run already holds is skipped (rerun, resume); one that an earlier run
 ranked with the same job id (same input, same config) is copied over instead of ranked again
@@ -8,6 +10,7 @@ plans in flat memory; the plan and the qrels are spooled to disk and stored at t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import time
@@ -46,6 +49,8 @@ class Plan:
     not_enqueued: int = 0  # left pending: the run's budget was spent while planning
     warnings: int = 0  # rows that run, with something said about them (warnings.jsonl)
     out_of_scope: int = 0  # questions whose scope holds no filing: a stored failure each
+    changes: dict | None = None  # a `--new` run: what changed since the run it starts from
+    awaiting: int = 0  # questions whose filings are chosen once their document ranking is done
     seconds: float = 0.0
     progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)
 
@@ -79,6 +84,7 @@ class RunSpec:
     limit: int | None = None  # plan at most this many queries
     corpus: str | None = None  # a question set over this corpus (input is the question set)
     via: Literal["online", "batch"] = "online"  # batch: the LLM requests go through the Batch API
+    since: str | None = None  # `--new`: the last run over the corpus, whose unchanged questions are copied
 
 
 def input_files(uri: str, settings: Settings) -> list[str]:
@@ -126,6 +132,7 @@ def plan_run(
     listed = outcome_keys(store, spec.run_id)
     files = input_files(spec.input, settings)
     first_line: dict[str, str] = {}
+    shared: dict[str, chunks.Level] = {}  # the segments of each filing input stored, by its candidates' digest
     spools = {name: tempfile.TemporaryFile() for name in ("plan.jsonl", "qrels.jsonl", "warnings.jsonl")}
     plan_file, qrels_file, warnings_file = spools.values()
     try:
@@ -147,7 +154,7 @@ def plan_run(
             if item.qrel:
                 row = {"query_id": item.id, "qrel": item.qrel, "answer": item.answer}
                 qrels_file.write(json.dumps(row).encode() + b"\n")
-            state = _plan_query(item, source, spec, store, layout, counter, plan, listed, budget_spent, gateway)
+            state = _plan_query(item, source, spec, store, layout, counter, plan, listed, budget_spent, gateway, shared)
             row = {"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}
             plan_file.write(json.dumps(row).encode() + b"\n")
             on_query(plan)
@@ -189,6 +196,7 @@ def _plan_query(
     listed: set[str],
     budget_spent: Callable[[], bool],
     gateway: Gateway | None,
+    shared: dict[str, chunks.Level],
 ) -> str:
     if q.task == "documents":
         plan.documents += 1
@@ -219,6 +227,18 @@ def _plan_query(
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
         return "enqueued"
     budget = spec.config.segment_tokens
+    if not spec.config.prefilter_keep:  # rows over one filing (identical candidates) share its input
+        digest = hashlib.sha256(json.dumps(q.candidates, ensure_ascii=False).encode()).hexdigest()[:24]
+        key = layout.input(f"filing-{digest}")
+        if digest not in shared:
+            data = chunks.prepare("", q.candidates, counter, budget)
+            put_model(store, key, data)  # stored before the jobs that read it are enqueued
+            shared[digest] = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)
+        level = shared[digest]
+        job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
+        enqueue_level(job, 0, level)
+        plan.segments += len(level.segments)
+        return "enqueued"
     with recording() as calls:  # a pre-filter on an API embedder is paid: keep its calls
         data = chunks.prepare(
             q.question,
@@ -243,6 +263,14 @@ def _reuse(store: Store, layout: RunLayout, task: Task, query_id: str, jid: str)
     """Copy an earlier run's result for the same job id into this run; nothing is spent."""
     try:
         earlier_key = store.get(RunLayout.index(jid)).decode()
+    except KeyError:
+        return False
+    return copy_result(store, layout, task, query_id, earlier_key)
+
+
+def copy_result(store: Store, layout: RunLayout, task: Task, query_id: str, earlier_key: str) -> bool:
+    """An earlier run's result as this run's, with no calls (nothing is spent) and where it came from."""
+    try:
         earlier = get_model(store, earlier_key, JobResult)
     except KeyError:
         return False

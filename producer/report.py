@@ -45,8 +45,22 @@ def write(
     return cost, metrics
 
 
+def changes_text(c: dict) -> str:
+    """What changed since the run a `--new` run starts from, in a line."""
+    text = (
+        f"since run {c['since']}: {c['new_filings']} new and {c['changed_filings']} changed filings, "
+        f"{c['new_questions']} new and {c['changed_questions']} changed questions; "
+        f"{c['questions_with_changed_filings']} questions planned again for a changed filing in scope, "
+        f"{c['unchanged_questions']} unchanged (their results reused at $0)"
+    )
+    return text + ("" if c["same_config"] else "; the configuration changed, so every question is planned")
+
+
 def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) -> str:
     c = manifest.counts
+    over = f"- question set over the corpus `{manifest.corpus}`" if manifest.corpus else None
+    if over and manifest.changes:
+        over += f"; {changes_text(manifest.changes)}"
     out = [
         f"# Run {manifest.run_id}",
         "",
@@ -57,6 +71,7 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         f"invalid input rows {c.get('invalid_rows', 0)}",
         f"- rankers: documents `{manifest.config.doc_ranker}` ({manifest.config.doc_prompt}), chunks "
         f"`{manifest.config.chunk_ranker}` ({manifest.config.chunk_prompt}); wall time {manifest.timings.get('wall_s', 0):.1f} s",
+        *([over] if over else []),
         "",
         "## Cost",
         "",

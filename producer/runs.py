@@ -33,7 +33,7 @@ from workers.batches import BatchDriver, BatchLimits
 from workers.budget import RunBudget
 from workers.corpus import Corpus
 from workers.embedded import embedded_worker
-from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys, progress_name
+from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, mark_last_over, outcome_keys, progress_name
 from workers.settings import Settings
 from workers.store import Store, get_model, open_store, put_model
 
@@ -93,6 +93,7 @@ class Runs:
             reuse=spec.reuse,
             corpus=spec.corpus,
             via=spec.via,
+            since=spec.since,
         )
         return self._execute(spec, manifest, wait, timeout)
 
@@ -111,6 +112,7 @@ class Runs:
             manifest.reuse,
             corpus=manifest.corpus,
             via=manifest.via,
+            since=manifest.since,
         )
         manifest = manifest.model_copy(update={"budget_usd": budget, "finished_at": None, "error": None})
         self.console.print(f"resuming {run_id}: {reopened} job(s) the budget had stopped are pending again")
@@ -139,6 +141,7 @@ class Runs:
                     "status": "running",
                     "owner": OWNER if self.settings.embedded else None,
                     "counts": plan.counts(),
+                    "changes": plan.changes or manifest.changes,
                     "timings": manifest.timings | {"plan_s": plan.seconds},
                 }
             )
@@ -149,10 +152,23 @@ class Runs:
                 put_model(store, RunLayout(spec.run_id).file("manifest.json"), failed)
                 raise RunError(error)
             if not wait:
+                if plan.awaiting:
+                    self.console.print(
+                        f"{plan.awaiting} questions wait on their document ranking: `prism resume {spec.run_id}` "
+                        "chooses their filings once it is done"
+                    )
                 return RunEnd(manifest)
             state, requeues = self.watch(
                 RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent), driver
             )
+            if plan.awaiting:  # a question set: its filings are chosen from the document rankings just done
+                plan = self._plan(spec, store, spent)
+                manifest = manifest.model_copy(update={"counts": plan.counts()})
+                put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
+                state, more = self.watch(
+                    RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent), driver
+                )
+                requeues += more
         manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues})
         return self.finalize(state, manifest, spent())
 
@@ -173,6 +189,8 @@ class Runs:
             f"{plan.enqueued} ({plan.segments} segments), already done {plan.already_done}, reused {plan.reused}, "
             f"left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
         )
+        if plan.changes:
+            self.console.print(report.changes_text(plan.changes))
         plan.progress_base = base
         return plan
 
@@ -345,6 +363,8 @@ class Runs:
         )
         corpus = Corpus(self.runtime.store(manifest.corpus)) if manifest.corpus else None
         cost, metrics = report.write(state, manifest, pending, corpus)
+        if manifest.corpus and status in ("complete", "incomplete"):
+            mark_last_over(state.store, manifest.corpus, manifest.run_id)
         return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
 
     # -- reading runs ------------------------------------------------------------------------

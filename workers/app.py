@@ -19,7 +19,7 @@ def make_app(settings: Settings | None = None) -> Celery:
             raise SystemExit(f"prism worker: {err}") from None
     broker = settings.broker_url or "memory://"
     backend = settings.result_backend or settings.broker_url or "cache+memory://"
-    app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking"])
+    app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking", "tasks.ingest"])
     app.conf.update(
         # A job is acknowledged only once its result is stored; a worker that dies mid-job
         # leaves it to be delivered again, to another worker.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gzip
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -35,7 +35,7 @@ from prism.ingest import (
     source_kind,
     stem,
 )
-from prism.ingest.filings import FOLDER_META, filing_identity
+from prism.ingest.filings import FOLDER_META, filing_id_of, filing_identity
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from workers.store import Store, get_model, put_model, safe_name
@@ -157,7 +157,9 @@ class Corpus:
             return key, get_model(self.store, key, FilingInput)
         except KeyError:
             pass
-        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget)
+        counted = filing.exact_tokens and filing.encoding == encoding  # the ingest counted them with this tokenizer
+        counts = [c.tokens for c in filing.chunks] if counted else None
+        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget, counts=counts)
         shared = FilingInput(
             filing_id=filing.id,
             version=filing.version,
@@ -224,6 +226,16 @@ class IngestSummary(BaseModel):
             self.chunks += entry.chunks
             self.tokens += entry.tokens
 
+    def merge(self, other: IngestSummary) -> None:
+        """Add one file's summary (an ingest task's) to the whole source's."""
+        for name in ("sources", "ingested", "unchanged", "new_versions", "failed", "pages", "empty_pages"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.chunks += other.chunks
+        self.tokens += other.tokens
+        self.filings.update(other.filings)
+        self.questions.update(other.questions)
+        self.failures.extend(other.failures)
+
 
 @dataclass(frozen=True)
 class Source:
@@ -250,18 +262,12 @@ def ingest_one(
     record: dict[str, Any] | None = None,
     chunking: Chunking | None = None,
     counter: TokenCounter | None = None,
-    taken: dict[str, str] | None = None,
 ) -> IngestResult:
-    """One PDF, HTML or text file into the corpus (the unit of a fleet ingest task): parsed only
-    when its version is not already the latest. A source that gives no filing stores a failure.
-    ``taken`` (filing id -> source)
-    catches two sources of one batch that would get the same id."""
+    """One PDF, HTML or text file into the corpus: parsed only when its version is not already
+    the latest. A source that gives no filing stores a failure."""
     record = record or {}
     try:
         fid, version = filing_identity(data, source, record, chunking)
-        if taken is not None:
-            if taken.setdefault(fid, source) != source:
-                raise IngestError(source, f"filing id '{fid}' is taken by {taken[fid]}; give an id in its metadata")
         head = corpus.head(fid)
         if head and head.latest == version and corpus.store.exists(corpus.filing_key(fid, version)):
             corpus.clear_failure(source)
@@ -275,50 +281,94 @@ def ingest_one(
     return IngestResult(outcome, filing.id, filing.version)
 
 
+def ingest_file(
+    corpus: Corpus,
+    name: str,
+    uri: str,
+    data: bytes,
+    record: dict[str, Any],
+    chunking: Chunking,
+    counter: TokenCounter,
+    index: dict[str, dict[str, Any]] | None = None,
+    segment_tokens: int | None = None,
+) -> IngestSummary:
+    """One source file (the unit of an ingest task): a filing, or the filings inside a rows file.
+    With ``segment_tokens``, each filing's chunk input for that budget is stored too, so runs
+    over the corpus find it made."""
+    summary = IngestSummary(sources=1)
+    if source_kind(name) == "rows":
+        _ingest_rows(corpus, summary, data, uri, index or {}, counter)
+    else:
+        result = ingest_one(corpus, data, uri, record, chunking, counter)
+        if result.filing_id is None:
+            summary.failed += 1
+            summary.failures.append(f"{uri}: {result.reason}")
+        else:
+            _count(corpus, summary, result.outcome, result.filing_id)
+    if segment_tokens:
+        for fid, version in summary.filings.items():
+            corpus.put_input(corpus.get_filing(fid, version), segment_tokens, counter)
+    return summary
+
+
 def ingest_source(
     source: str | Path | Sequence[str | Path] | Store,
     store: Store,
     chunking: Chunking | None = None,
     meta: str | Path | None = None,
     counter: TokenCounter | None = None,
+    dispatch: Callable[[list[Source]], Iterable[IngestSummary]] | None = None,
 ) -> IngestSummary:
     """Every filing under a folder (or a file, a list of files, or every key of a Store) into the
-    corpus in ``store``, one filing at a time; the manifest is written at the end.
+    corpus in ``store``; the manifest is written at the end.
 
     Files: .pdf .htm .html .txt, and .jsonl / .jsonl.gz benchmark rows (suffixes in any case).
     Metadata: ``x.meta.json`` beside ``x.pdf``, else the folder's ``metadata.jsonl``, else the
     ``meta`` JSONL given here (e.g. FinanceBench's document information), else guessed.
+
+    ``dispatch`` ingests the files elsewhere (the fleet: one task per file) and gives each file's
+    summary as it ends; without it they are ingested here, one at a time.
     """
     started = time.perf_counter()
     chunking = chunking or Chunking()
     counter = counter or TokenCounter(chunking.encoding)
     corpus = Corpus(store)
     summary = IngestSummary()
-    global_index: dict[str, dict[str, Any]] = {}
+    index: dict[str, dict[str, Any]] = {}
     if meta is not None:
-        global_index, errors = parse_meta_jsonl(Path(meta).read_bytes(), str(meta))
+        index, errors = parse_meta_jsonl(Path(meta).read_bytes(), str(meta))
         for err in errors:
             _fail(corpus, summary, err)
+    items: list[Source] = []
     taken: dict[str, str] = {}
-    for item in _sources(source, global_index, corpus, summary):
-        summary.sources += 1
-        try:
-            data = item.read()
-        except (OSError, KeyError) as err:
-            _fail(corpus, summary, IngestError(item.uri, f"cannot be read ({err})"))
-            continue
-        if source_kind(item.name) == "rows":
-            _ingest_rows(corpus, summary, data, item.uri, global_index, counter)
-            continue
-        result = ingest_one(corpus, data, item.uri, item.record, chunking, counter, taken)
-        if result.filing_id is None:
-            summary.failed += 1
-            summary.failures.append(f"{item.uri}: {result.reason}")
-            continue
-        _count(corpus, summary, result.outcome, result.filing_id)
+    for item in _sources(source, index, corpus, summary):
+        if source_kind(item.name) != "rows":  # two files that would be one filing: the second fails
+            fid = filing_id_of(item.uri, item.record)
+            if taken.setdefault(fid, item.uri) != item.uri:
+                reason = f"filing id '{fid}' is taken by {taken[fid]}; give an id in its metadata"
+                summary.merge(failed_source(corpus, item.uri, reason))
+                continue
+        items.append(item)
+    if dispatch is None:
+        for item in items:
+            try:
+                data = item.read()
+            except (OSError, KeyError) as err:
+                summary.merge(failed_source(corpus, item.uri, f"cannot be read ({err})"))
+                continue
+            summary.merge(ingest_file(corpus, item.name, item.uri, data, item.record, chunking, counter, index))
+    else:
+        for part in dispatch(items):
+            summary.merge(part)
     corpus.write_manifest()
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
+
+
+def failed_source(corpus: Corpus, uri: str, reason: str) -> IngestSummary:
+    """A source that gave no filing: its failure stored, and a summary that counts it."""
+    corpus.put_failure(uri, reason)
+    return IngestSummary(sources=1, failed=1, failures=[f"{uri}: {reason}"])
 
 
 def _count(corpus: Corpus, summary: IngestSummary, outcome: Outcome, filing_id: str) -> None:

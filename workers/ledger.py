@@ -17,6 +17,7 @@ once: a job delivered twice keeps its first outcome, and the second one's calls 
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -77,6 +78,11 @@ class RunLayout:
     def index(job_id: str) -> str:
         """Where any run's result for this job id is recorded (for reuse by later runs)."""
         return f"index/jobs/{job_id}"
+
+    @staticmethod
+    def last_over(corpus: str) -> str:
+        """The last finished question-set run over this corpus (a LastRun): what `--new` starts from."""
+        return f"index/corpora/{safe_name(corpus)}.json"
 
 
 _FOLDERS = {Outcome.DONE: "results", Outcome.FAILED: "failures", Outcome.SKIPPED: "skipped"}
@@ -235,3 +241,17 @@ def outcome_keys(store: Store, run_id: str) -> set[str]:
 def has_outcome(listed: set[str], run_id: str, task: Task, query_id: str) -> bool:
     layout = RunLayout(run_id)
     return any(layout.outcome(o, task, query_id) in listed for o in (Outcome.DONE, Outcome.FAILED))
+
+
+def mark_last_over(store: Store, corpus: str, run_id: str) -> None:
+    """Record a finished question-set run as the last over its corpus."""
+    body = {"run_id": run_id, "at": datetime.now(UTC).isoformat()}
+    store.put(RunLayout.last_over(corpus), json.dumps(body).encode())
+
+
+def last_over(store: Store, corpus: str) -> str | None:
+    """The run id of the last finished question-set run over this corpus, if any."""
+    try:
+        return json.loads(store.get(RunLayout.last_over(corpus)))["run_id"]
+    except KeyError:
+        return None

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from prism.ingest import Chunking
 from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
 
 
@@ -54,3 +55,15 @@ class AggregateJob(BaseModel):
     level: int
     earlier: list[SegmentOutcome] = []  # outcomes of earlier levels, for their calls and flags
     carried: list[CallRecord] = []
+
+
+class IngestJob(BaseModel):
+    """One source file to ingest into a corpus; the worker reads the file from ``uri`` itself."""
+
+    corpus: str  # the corpus store: a folder or s3://bucket/prefix
+    name: str  # its path or key: the suffix says what kind of file it is
+    uri: str
+    record: dict[str, Any] = {}  # its metadata, found beside it by the producer
+    chunking: Chunking
+    meta: str | None = None  # a metadata JSONL that a rows file's filings are looked up in
+    segment_tokens: int | None = None  # also store each filing's chunk input for this budget

@@ -16,6 +16,7 @@ from prism.llm import Gateway
 from prism.models import CallRecord, RunConfig, Stage
 from prism.pricing import PriceTable
 from prism.rankers import Ranker, build_ranker
+from prism.segmenting import TokenCounter
 from prism.strategies.chunks import ChunkInput
 from workers import metrics, priors
 from workers.batches import StoreBatchQueue
@@ -41,11 +42,19 @@ class Runtime:
         self._models: dict[str, Any] = {}
         self._rankers: dict[tuple[str, Stage], Ranker] = {}
         self._inputs: OrderedDict[tuple[str, str], ChunkInput] = OrderedDict()
+        self._counters: dict[str, TokenCounter] = {}
 
     def store(self, uri: str) -> Store:
         if uri not in self._stores:
             self._stores[uri] = open_store(uri, self.settings)
         return self._stores[uri]
+
+    def counter(self, encoding: str) -> TokenCounter:
+        """One token counter per encoding and process (loading one takes a while), on one thread:
+        worker processes are the unit of scale, one per core."""
+        if encoding not in self._counters:
+            self._counters[encoding] = TokenCounter(encoding, threads=1)
+        return self._counters[encoding]
 
     @cached_property
     def redis(self) -> redis.Redis | None:

@@ -90,8 +90,13 @@ def filing_identity(
 ) -> tuple[str, str]:
     """The id and version a source will have, without parsing it."""
     record = record or {}
-    fid = filing_id or _given_id(record) or stem(source)
+    fid = filing_id or filing_id_of(source, record)
     return fid, filing_version(sha256(data), None if source_kind(source) == "pdf" else chunking or Chunking(), record)
+
+
+def filing_id_of(source: str, record: dict[str, Any] | None) -> str:
+    """The id a PDF, HTML or text source gets: the one its metadata gives, else its file name's stem."""
+    return _given_id(record or {}) or stem(source)
 
 
 def _given_id(record: dict[str, Any]) -> str | None:
@@ -123,6 +128,7 @@ def _filing(
         chunks=chunks,
         tokens=sum(c.tokens for c in chunks),
         exact_tokens=counter.exact,
+        encoding=counter.encoding.name if counter.encoding is not None else None,
         flags=flags,
     )
 

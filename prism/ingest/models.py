@@ -64,6 +64,7 @@ class Filing(BaseModel):
     chunks: list[Chunk]
     tokens: int  # sum over the chunks
     exact_tokens: bool  # counted with the model's tokenizer (else a conservative estimate)
+    encoding: str | None = None  # the tokenizer the chunks' counts are from, when exact
     flags: list[FilingFlag] = []
 
     @property

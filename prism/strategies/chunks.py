@@ -39,13 +39,23 @@ class ChunkInput(BaseModel):
 
 
 def prepare(
-    question: str, chunks: Sequence[str], counter: TokenCounter, budget: int, keep: int | None = None, dense="financial"
+    question: str,
+    chunks: Sequence[str],
+    counter: TokenCounter,
+    budget: int,
+    keep: int | None = None,
+    dense="financial",
+    counts: Sequence[int] | None = None,
 ) -> ChunkInput:
     """Keep the best ``keep`` chunks by the pre-filter scorer (``dense``) when asked, count every chunk's
-    tokens, and cut any chunk that alone would overflow a segment."""
+    tokens (unless ``counts`` gives them, by the same counter), and cut any chunk that alone would
+    overflow a segment."""
     origin = prefilter(question, chunks, keep, dense) if keep and len(chunks) > keep else None
     texts, truncated = ([chunks[i] for i in origin] if origin else list(chunks)), []
-    costs = [n + MARKER_TOKENS for n in counter.count_many(texts)]
+    if counts is not None and origin is None and len(counts) == len(texts):
+        costs = [n + MARKER_TOKENS for n in counts]
+    else:
+        costs = [n + MARKER_TOKENS for n in counter.count_many(texts)]
     # A chunk may take a share of a segment, not all of it: cut to the whole budget, it could
     # never be pooled with other segments' winners, and would drop out of the final ranking.
     most = max(MARKER_TOKENS + 16, budget // MAX_CHUNK_SHARE)

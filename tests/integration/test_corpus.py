@@ -148,3 +148,66 @@ def test_prism_ingest_stores_each_filing_once_and_names_what_it_could_not_read(t
     assert len(manifest["filings"]) == 2 and len(manifest["failures"]) == 1
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert "0 filings ingested, 0 new versions, 2 unchanged" in again.stderr
+
+
+def test_fleet_ingest_runs_one_task_per_file_on_workers_and_stores_each_filing_input(
+    tmp_path, redis_url, s3_server, bucket, start_worker
+):
+    from workers.testing import fleet_env, prism_cli
+
+    client = s3_client(s3_server)
+    sources = {
+        "drop/acme_2023_10k.pdf": pdf(["Revenue was $12 million in 2023.", "Net income rose."]),
+        "drop/acme_2023_10k.meta.json": json.dumps({"company": "Acme", "form_type": "10-K"}).encode(),
+        "drop/beta_q3.htm": edgar_html(company="BETA CORP"),
+        "drop/gamma.txt": b"# Outlook\n\nWe expect growth.\n\n# Risks\n\nCompetition.",
+        "drop/broken.pdf": b"%PDF-1.7\nnot really",
+    }
+    for key, body in sources.items():
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    env = fleet_env(redis_url, s3_server, None, PRISM_SEGMENT_TOKENS="2000")
+    start_worker(env, 1)
+    start_worker(env, 1)
+    corpus_uri = f"s3://{bucket}/corpus-fleet"
+    done = prism_cli(["ingest", f"s3://{bucket}/drop/", "--corpus", corpus_uri], env, tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "4 sources: 3 filings ingested" in done.stderr and "1 failed" in done.stderr, done.stderr
+    assert "broken.pdf" in done.stderr and "Traceback" not in done.stderr
+    corpus = Corpus(S3Store(bucket, "corpus-fleet", client))
+    manifest = corpus.manifest()
+    assert sorted(manifest.filings) == ["acme_2023_10k", "beta_q3", "gamma"]
+    assert [Path(s).name for s in manifest.failures] == ["broken.pdf"]
+    assert manifest.filings["acme_2023_10k"].meta.company == "Acme"
+    # each filing's chunk input for the configured budget was made by the worker that ingested it
+    for fid, entry in manifest.filings.items():
+        key = Corpus.input_key(fid, entry.latest, 2000, "o200k_base")
+        assert corpus.store.exists(key), key
+    logs = "".join(p.read_text() for p in tmp_path.glob("worker-*.log"))
+    assert logs.count("prism.ingest_file") >= 4  # the tasks ran on the workers, not in the producer
+
+
+def test_fleet_ingest_with_no_worker_says_so_and_ends_when_one_starts(tmp_path, redis_url, s3_server, start_worker):
+    import time
+
+    import redis
+
+    from workers.testing import fleet_env
+
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("# Outlook\n\nWe expect growth.")
+    env = fleet_env(redis_url, s3_server, None, PRISM_STALL_S="2")
+    cmd = [str(Path(sys.executable).parent / "prism"), "ingest", str(folder), "--corpus", str(tmp_path / "corpus")]
+    producer = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    broker = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 120
+    while not broker.llen("celery") and time.monotonic() < deadline:  # the producer starts, then sends
+        time.sleep(0.2)
+    time.sleep(4)  # twice PRISM_STALL_S with the task queued and no worker
+    assert producer.poll() is None, producer.communicate()[1]
+    assert broker.llen("celery") == 1  # waiting: the task is queued, not lost
+    start_worker(env, 1)
+    _, err = producer.communicate(timeout=120)
+    assert producer.returncode == 0, err
+    assert "no ingest task has ended for 2 s (PRISM_STALL_S): are workers running" in err
+    assert "1 sources: 1 filings ingested" in err

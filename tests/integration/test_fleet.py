@@ -43,7 +43,7 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
     base = "prism/runs/e2e"
     documents = s3_keys(client, bucket, f"{base}/results/documents/")
     chunks = s3_keys(client, bucket, f"{base}/results/chunks/")
-    assert len(documents) == 296 and len(chunks) == 12
+    assert len(documents) == 296 and len(chunks) == 12, run.stderr[-3000:]
     manifest = s3_json(client, bucket, f"{base}/manifest.json")
     assert manifest["status"] == "complete"
     counts = manifest["counts"]

@@ -1,5 +1,6 @@
-"""`prism run --questions Q --corpus URI` end to end, embedded: filings made as PDFs, ingested,
-a question set run over them; the evidence table's provenance is checked against the source pages."""
+"""`prism run --questions Q --corpus URI` end to end: filings made as PDFs, ingested, a question
+set run over them, embedded and on a fleet (nightly `--new` after a filing changes); the evidence
+table's provenance is checked against the source pages."""
 
 from __future__ import annotations
 
@@ -29,13 +30,18 @@ PAGES = {
 }
 
 
-def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
-    folder = tmp_path / "filings"
+def acme_filings(folder: Path) -> Path:
+    """Acme's two annual reports as PDFs, each with its metadata beside it."""
     folder.mkdir()
     for name, pages in PAGES.items():
         (folder / f"{name}.pdf").write_bytes(pdf(pages))
         year = int(name.split("_")[1])
         (folder / f"{name}.meta.json").write_text(json.dumps({"company": "Acme", "form_type": "10-K", "year": year}))
+    return folder
+
+
+def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
+    folder = acme_filings(tmp_path / "filings")
     questions = tmp_path / "questions.jsonl"
     rows = [
         {
@@ -90,3 +96,102 @@ def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
     assert not (folder_out / "inputs").exists()
     again = subprocess.run([*cmd[:-1], "q2"], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "reused 2" in again.stderr, again.stderr
+
+
+def test_nightly_new_over_a_fleet_ranks_only_the_questions_whose_filing_changed(
+    tmp_path, redis_url, s3_server, bucket, simulator, start_worker
+):
+    from prism.testing.simulator import SimulatorConfig
+    from workers.testing import fleet_env, prism_cli, s3_client
+
+    simulator.config = SimulatorConfig(mode="lexical")
+    client = s3_client(s3_server)
+    beta = ["Beta annual report 2023.", "Gadget sales were 7 million units in 2023.", "Outlook."]
+    filings = {**PAGES, "beta_2023_10k": beta}
+    for name, pages in filings.items():
+        company = name.split("_")[0].capitalize()
+        meta = {"company": company, "form_type": "10-K", "year": int(name.split("_")[1])}
+        client.put_object(Bucket=bucket, Key=f"drop/{name}.pdf", Body=pdf(pages))
+        client.put_object(Bucket=bucket, Key=f"drop/{name}.meta.json", Body=json.dumps(meta).encode())
+    rows = [
+        {"id": "rev22", "question": "What was widget revenue in FY2022?", "scope": {"company": "Acme"}},
+        {"id": "rev23", "question": "What was widget revenue in 2023?", "scope": {"company": "Acme"}},
+        {"id": "gadgets", "question": "How many gadget units were sold in FY2023?", "scope": {"company": "Beta"}},
+    ]
+    client.put_object(Bucket=bucket, Key="q/nightly.jsonl", Body="".join(json.dumps(r) + "\n" for r in rows).encode())
+    env = fleet_env(redis_url, s3_server, simulator.url, PRISM_RESULTS=f"s3://{bucket}/prism")
+    start_worker(env, 1)
+    corpus = f"s3://{bucket}/corpus"
+    ingest = ["ingest", f"s3://{bucket}/drop/", "--corpus", corpus]
+    assert prism_cli(ingest, env, tmp_path, timeout=300).returncode == 0
+    run = ["run", "--questions", f"s3://{bucket}/q/nightly.jsonl", "--corpus", corpus, "--new", "--run-id"]
+    first = prism_cli([*run, "night-1"], env, tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "no earlier run over" in first.stderr
+    served_first = simulator.stats["ok"]
+    assert served_first > 0  # ranked by the LLM on the worker
+
+    # A new version of Beta's filing arrives; Acme's are unchanged.
+    beta[1] = "Gadget sales were 9 million units in 2023, up from 7 million."
+    client.put_object(Bucket=bucket, Key="drop/beta_2023_10k.pdf", Body=pdf(beta))
+    again = prism_cli(ingest, env, tmp_path, timeout=300)
+    assert "1 new versions, 2 unchanged" in again.stderr, again.stderr
+    second = prism_cli([*run, "night-2"], env, tmp_path, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert "since run night-1: 0 new and 1 changed filings" in second.stderr, second.stderr
+    assert "2 unchanged (their results reused at $0)" in second.stderr
+    asked = [r["user"] for r in list(simulator.requests)[-(simulator.stats["ok"] - served_first) :]]
+    assert asked and all("Gadget" in text for text in asked)  # only Beta's pair went to the LLM
+
+    def get(key: str) -> bytes:
+        return client.get_object(Bucket=bucket, Key=f"prism/runs/night-2/{key}")["Body"].read()
+
+    plan = {r["query_id"]: r for r in map(json.loads, get("plan.jsonl").decode().splitlines())}
+    assert plan["rev22@acme_2022_10k"]["state"] == "reused" and plan["rev22@acme_2022_10k"]["since"] == "night-1"
+    assert plan["gadgets@beta_2023_10k"]["state"] == "enqueued"
+    # its form types were ranked by the LLM on the fleet last night, and that ranking is reused
+    assert (plan["gadgets"]["task"], plan["gadgets"]["state"]) == ("documents", "reused")
+    asked_questions = {r["question_id"]: r for r in map(json.loads, get("questions.jsonl").decode().splitlines())}
+    assert asked_questions["gadgets"]["forms_ranked_by"] == "llm"
+    manifest = json.loads(get("manifest.json"))
+    assert manifest["status"] == "complete" and manifest["since"] == "night-1"
+    assert manifest["changes"]["changed_filings"] == 1 and manifest["changes"]["unchanged_questions"] == 2
+    assert "since run night-1: 0 new and 1 changed filings" in get("report.md").decode()
+    table = list(csv.DictReader(io.StringIO(get("evidence.csv").decode())))
+    best = {}
+    for row in table:
+        best.setdefault(row["question_id"], row)
+    assert set(best) == {"rev22", "rev23", "gadgets"}
+    assert (best["gadgets"]["filing_id"], best["gadgets"]["page"]) == ("beta_2023_10k", "2")
+    assert best["gadgets"]["excerpt"] == beta[1]  # the new version's page, not the old one
+    assert (best["rev22"]["filing_id"], best["rev22"]["page"]) == ("acme_2022_10k", "2")
+    cost = json.loads(get("cost.json"))
+    assert cost["total"]["calls"] > 0 and {j["query_id"] for j in cost["jobs"]} == {"gadgets@beta_2023_10k"}
+
+
+def test_the_evidence_ranker_answers_each_question_from_the_pages_it_cites(tmp_path, simulator):
+    from prism.testing.simulator import SimulatorConfig
+
+    simulator.config = SimulatorConfig(mode="lexical")
+    folder = acme_filings(tmp_path / "filings")
+    questions = tmp_path / "questions.jsonl"
+    row = {"id": "rev22", "question": "What was widget revenue in FY2022?", "scope": {"company": "Acme"}}
+    questions.write_text(json.dumps(row) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRISM_", "OPENAI_"))}
+    env |= {"PRISM_RESULTS": str(tmp_path / "res"), "PRISM_LLM_BASE_URL": simulator.url, "PRISM_LLM_API_KEY": "sk-x"}
+    env |= {"PRISM_CHUNK_RANKER": "evidence"}
+    prism = str(Path(sys.executable).parent / "prism")
+    corpus = str(tmp_path / "corpus")
+    assert (
+        subprocess.run([prism, "ingest", str(folder), "--corpus", corpus], env=env, capture_output=True).returncode == 0
+    )
+    cmd = [prism, "run", "--questions", str(questions), "--corpus", corpus, "--run-id", "ev"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = tmp_path / "res" / "runs" / "ev"
+    table = list(csv.DictReader(io.StringIO((out / "evidence.csv").read_text())))
+    assert table and all(r["filing_id"] == "acme_2022_10k" for r in table)
+    answer = table[0]["answer"]
+    assert answer and all(r["answer"] == answer for r in table)  # one answer per question, every row its citation
+    assert "Widget revenue" in answer  # the simulator answers from the passage it was given
+    assert f"answer: {answer[:50]}" in (out / "report.md").read_text()
