@@ -241,7 +241,12 @@ def _ranked_forms(
     common = dict(run_id=spec.run_id, results=spec.results, job_id=jid, query_id=q.id, line=q.line, source=spec.input)
     enqueue_documents(
         DocumentJob(
-            question=q.question, candidates=job.candidates, config=spec.config, budget_usd=spec.budget_usd, **common
+            question=q.question,
+            candidates=job.candidates,
+            config=spec.config,
+            budget_usd=spec.budget_usd,
+            via=spec.via,
+            **common,
         )
     )
     return None, "enqueued"

@@ -166,7 +166,7 @@ class Runs:
                 manifest = manifest.model_copy(update={"counts": plan.counts()})
                 put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
                 state, more = self.watch(
-                    RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent)
+                    RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent), driver
                 )
                 requeues += more
         manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues})
