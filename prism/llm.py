@@ -29,12 +29,12 @@ import random
 import re
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import openai
@@ -233,23 +233,22 @@ def recording() -> Iterator[list[CallRecord]]:
 
 
 @contextmanager
-def spending(budget: Budget | None) -> Iterator[None]:
+def _bound(var: ContextVar, value: Any) -> Iterator[None]:
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
+def spending(budget: Budget | None) -> AbstractContextManager[None]:
     """Charge the calls made inside the block to this budget."""
-    token = _budget.set(budget)
-    try:
-        yield
-    finally:
-        _budget.reset(token)
+    return _bound(_budget, budget)
 
 
-@contextmanager
-def batching(queue: BatchQueue | None) -> Iterator[None]:
+def batching(queue: BatchQueue | None) -> AbstractContextManager[None]:
     """Send the chat requests made inside the block through the Batch API (None: online)."""
-    token = _batch.set(queue)
-    try:
-        yield
-    finally:
-        _batch.reset(token)
+    return _bound(_batch, queue)
 
 
 class Gateway:
