@@ -82,8 +82,8 @@ def plan_questions(
         """A filing and its shared input, loaded once, and only for a pair that is ranked."""
         if fid not in filings:
             filings[fid] = corpus.get_filing(fid)
-            key, _ = corpus.put_input(filings[fid], spec.config.segment_tokens, counter)
-            inputs[fid] = (key, corpus.chunk_input(key))
+            key, shared = corpus.put_input(filings[fid], spec.config.segment_tokens, counter)
+            inputs[fid] = (key, corpus.as_chunk_input(filings[fid], shared))
         return filings[fid], inputs[fid]
 
     spools = {name: tempfile.TemporaryFile() for name in ("plan.jsonl", "questions.jsonl")}

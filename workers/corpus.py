@@ -173,7 +173,11 @@ class Corpus:
     def chunk_input(self, key: str) -> chunks.ChunkInput:
         """The stored filing input as a ChunkInput with no question (the job gives it)."""
         shared = get_model(self.store, key, FilingInput)
-        filing = self.get_filing(shared.filing_id, shared.version)
+        return self.as_chunk_input(self.get_filing(shared.filing_id, shared.version), shared)
+
+    @staticmethod
+    def as_chunk_input(filing: Filing, shared: FilingInput) -> chunks.ChunkInput:
+        """A filing and its stored input, already in hand, as a ChunkInput with no question."""
         texts = [shared.truncated.get(c.index, c.text) for c in filing.chunks]
         return chunks.ChunkInput(
             question="",
