@@ -23,7 +23,7 @@ import numpy as np
 from prism.embeddings import Embedder, embedder, local_embedder, normalize
 from prism.lexical import bm25_scores
 from prism.models import Ranking
-from prism.retrieval import FilingIndex
+from prism.retrieval import filing_index
 
 RRF_K = 60
 
@@ -75,7 +75,7 @@ def dense_scores(question: str, texts: Sequence[str], dense: str | Embedder) -> 
 
 def hybrid_scores(question: str, texts: Sequence[str], dense: str | Embedder = "lsa") -> dict[int, float]:
     if dense in ("financial", "financial-minilm"):
-        index = FilingIndex(texts, embedder=local_embedder("minilm") if dense == "financial-minilm" else None)
+        index = filing_index(texts, local_embedder("minilm") if dense == "financial-minilm" else None)
         return dict(enumerate(index.scores(question).tolist()))
     return rrf([_order(bm25_scores(question, texts)), _order(dense_scores(question, texts, dense))])
 

@@ -24,7 +24,10 @@ filings; ``bench/retrieval.py`` reports each half scored with the weights of the
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -57,6 +60,14 @@ WEIGHTS_MINILM: dict[str, float] = {
     "figures": 0.51,
     "minilm": 0.57,
 }
+
+# The fitted weights by the embedder that adds its signal.
+DENSE_WEIGHTS: dict[str, dict[str, float]] = {"minilm": WEIGHTS_MINILM}
+
+
+def weights_for(embedder: Embedder | None) -> dict[str, float]:
+    return WEIGHTS if embedder is None else DENSE_WEIGHTS.get(embedder.name, WEIGHTS)
+
 
 HEADING_CHARS = 300
 _YEAR = re.compile(r"(?<!\d)((?:19|20)\d{2})(?!\d)")
@@ -193,17 +204,65 @@ class FilingIndex:
             "lsa": self.lsa.scores(f"{question} {cues.expansion}"),
             "period": period,
             "statement": np.array([float(bool(asked & kinds)) for kinds in self.statement]),
-            "figures": self.figures if cues.is_metric else np.zeros(self.n),
+            "figures": self.figures.copy() if cues.is_metric else np.zeros(self.n),
         }
-        if self.embedder is not None:
+        if self.embedder is not None:  # the signal takes the embedder's name
             vectors = self.vectors if self.vectors is not None else np.zeros((0, 1))
-            out["minilm"] = (vectors @ self.embedder.embed([question])[0]).astype(float)
+            out[self.embedder.name] = (vectors @ self.embedder.embed([question])[0]).astype(float)
         return out
 
     def scores(self, question: str, weights: Mapping[str, float] | None = None) -> np.ndarray:
-        if weights is None:
-            weights = WEIGHTS if self.embedder is None else WEIGHTS_MINILM
-        return fuse(self.signals(question), weights)
+        return fuse(self.signals(question), weights or weights_for(self.embedder))
+
+
+def digest(texts: Sequence[str]) -> str:
+    """A filing version's address: its pages' texts, each length-prefixed so no two lists collide."""
+    hasher = hashlib.blake2b(digest_size=20)
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        hasher.update(len(data).to_bytes(8, "little"))
+        hasher.update(data)
+    return hasher.hexdigest()
+
+
+class IndexCache:
+    """The most recently asked filings' indexes, addressed by their texts' digest (and the
+    embedder), so every question about a filing version reuses one index and a changed filing
+    gets a new one. Bounded: the least recently used index goes first."""
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self.builds = 0
+        self._entries: OrderedDict[tuple[str, str | None], FilingIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, texts: Sequence[str], embedder: Embedder | None = None) -> FilingIndex:
+        key = (digest(texts), embedder.name if embedder is not None else None)
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        index = FilingIndex(texts, embedder=embedder)  # built outside the lock: other filings need not wait
+        with self._lock:
+            self.builds += 1
+            self._entries[key] = index
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return index
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+# The one cache of filing indexes, shared by the ranker and the pre-filter.
+INDEXES = IndexCache()
+
+
+def filing_index(texts: Sequence[str], embedder: Embedder | None = None) -> FilingIndex:
+    """The filing's index, built on its first question and reused by the rest."""
+    return INDEXES.get(texts, embedder)
 
 
 def fuse(signals: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
@@ -255,15 +314,15 @@ class _Lsa:
 
 
 class FinancialRanker:
-    """The fused retriever as a $0 chunk ranker (indexes the candidates per call for now)."""
+    """The fused retriever as a $0 chunk ranker; each filing version is indexed once."""
 
     name = "financial"
 
     def __init__(self, weights: Mapping[str, float] | None = None, embedder: Embedder | None = None):
         self.embedder = embedder
-        self.weights = dict(weights or (WEIGHTS if embedder is None else WEIGHTS_MINILM))
+        self.weights = dict(weights or weights_for(embedder))
 
     def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking:
-        scores = FilingIndex(candidates, embedder=self.embedder).scores(question, self.weights)
+        scores = filing_index(candidates, self.embedder).scores(question, self.weights)
         order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))[:top_k]
         return Ranking(indices=order, scores=[round(float(scores[i]), 6) for i in order])

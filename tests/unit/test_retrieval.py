@@ -5,7 +5,18 @@ from prism.hybrid import prefilter
 from prism.lexical import bm25_scores
 from prism.models import RunConfig
 from prism.rankers import build_ranker
-from prism.retrieval import SIGNALS, WEIGHTS, FilingIndex, fuse, read_question, standardise
+from prism.retrieval import (
+    INDEXES,
+    SIGNALS,
+    WEIGHTS,
+    FilingIndex,
+    FinancialRanker,
+    IndexCache,
+    digest,
+    fuse,
+    read_question,
+    standardise,
+)
 
 # A small filing: narrative pages that talk about capital spending, a balance sheet, and the
 # cash flow statement that holds the FY2018 figure.
@@ -61,6 +72,32 @@ def test_the_index_is_built_once_and_answers_every_question_as_a_fresh_one_would
     index = FilingIndex(FILING)
     for question in (CAPEX, "total current liabilities 2018", "Who works for the company?"):
         assert np.allclose(index.scores(question), FilingIndex(FILING).scores(question))
+
+
+def test_every_question_about_a_filing_reuses_its_index_and_a_changed_filing_rebuilds():
+    cache = IndexCache(size=2)
+    first = cache.get(FILING)
+    assert cache.get(list(FILING)) is first and cache.builds == 1  # by content, not by the list
+    changed = [*FILING[:-1], CASH_FLOW.replace("1,577", "1,578")]
+    assert cache.get(changed) is not first and cache.builds == 2
+    assert cache.get(FILING) is first and cache.builds == 2
+    cache.get(OTHER)  # a third filing pushes out the least recently used, the changed one
+    assert cache.get(FILING) is first and cache.builds == 3
+    cache.get(changed)
+    assert cache.builds == 4
+    assert digest(["ab", "c"]) != digest(["a", "bc"])
+
+
+def test_the_ranker_and_the_pre_filter_share_one_index_per_filing():
+    INDEXES.clear()
+    before = INDEXES.builds
+    ranker = FinancialRanker()
+    ranker.rank(CAPEX, FILING, 2)
+    ranker.rank("What is the year end FY2018 net PPNE? Use the balance sheet.", FILING, 2)
+    prefilter(CAPEX, FILING, 2)
+    assert INDEXES.builds == before + 1
+    ranker.rank(CAPEX, FILING[:-1], 2)
+    assert INDEXES.builds == before + 2
 
 
 def test_fusion_standardises_each_signal_and_a_constant_signal_adds_nothing():
