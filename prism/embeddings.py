@@ -4,6 +4,8 @@
   fit or ship), sub-linear TF, then a fixed sparse random projection to 384 dimensions, which
   keeps cosine similarities (Johnson-Lindenstrauss). Lexical at heart; the default offline.
 - ``minilm``: all-MiniLM-L6-v2, int8 ONNX on onnxruntime (the ``[minilm]`` extra; no PyTorch).
+- ``wordllama``: WordLlama's static token vectors, averaged (the ``[wordllama]`` extra; the
+  weights ship in its wheel).
 - any other name: an embeddings model behind the LLM gateway (``text-embedding-3-small``...),
   accounted like every LLM call.
 """
@@ -112,6 +114,42 @@ def _minilm_tokenizer():
     )
 
 
+class WordLlamaEmbedder:
+    """WordLlama's static token vectors (l2_supercat, 256 dimensions), read from the files its
+    wheel ships (the ``[wordllama]`` extra): a text is the mean of its tokens' vectors, at unit
+    length. The files are opened here rather than through the package's loader, which looks for
+    its tokenizer where the wheel does not put it and would then download one."""
+
+    name = "wordllama"
+
+    def __init__(self):
+        from importlib.util import find_spec
+        from pathlib import Path
+
+        spec = find_spec("wordllama")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(
+                "the wordllama embedder needs the [wordllama] extra: pip install 'prism-fleet[wordllama]'"
+            )
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        root = Path(next(iter(spec.submodule_search_locations)))
+        self.vectors = load_file(str(root / "weights/l2_supercat_256.safetensors"))["embedding.weight"].astype(
+            np.float32
+        )
+        self.tokenizer = Tokenizer.from_file(str(root / "tokenizers/l2_supercat_tokenizer_config.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.vectors.shape[1]), dtype=np.float32)
+        for i, encoding in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+            if encoding.ids:
+                out[i] = self.vectors[np.minimum(encoding.ids, len(self.vectors) - 1)].mean(0)
+        return normalize(out)
+
+
 class GatewayEmbedder:
     """An embeddings model behind the LLM gateway; every call is recorded and priced."""
 
@@ -128,11 +166,13 @@ def local_embedder(name: str):
         return HashedEmbedder()
     if name == "minilm":
         return MiniLmEmbedder()
+    if name == "wordllama":
+        return WordLlamaEmbedder()
     raise ValueError(f"unknown local embedder {name!r}")
 
 
 def embedder(name: str, gateway=None) -> Embedder:
-    if name in ("hashed", "minilm"):
+    if name in ("hashed", "minilm", "wordllama"):
         return local_embedder(name)
     if gateway is None:
         raise ValueError(f"the embedder {name!r} is an API model but no LLM endpoint is configured")
