@@ -8,7 +8,8 @@ filing's pages (NDCG@5) and how often the evidence survives a pre-filter.
   the per-filing index built once and reused by the filing's questions.
 
 ``--minilm`` (the [minilm] extra) adds all-MiniLM-L6-v2 alone, fused with BM25, and as one more
-signal of the financial retriever, fitted by halves the same way (about 20 minutes on one core).
+signal of the financial retriever, fitted by halves the same way (about 20 minutes on one core);
+``--wordllama`` (the [wordllama] extra) does the same with WordLlama's static vectors.
 
 The financial retriever's weights are fitted (logistic regression on signals standardised per
 filing) on one half of the filings and scored on the other, both ways; its last-line figures
@@ -30,10 +31,11 @@ from prism.datasets import load_queries
 from prism.hybrid import hybrid_scores, rrf
 from prism.lexical import bm25_scores
 from prism.metrics import evaluate
-from prism.retrieval import SIGNALS, WEIGHTS, WEIGHTS_MINILM, FilingIndex, fuse, standardise
+from prism.retrieval import DENSE_WEIGHTS, SIGNALS, WEIGHTS, FilingIndex, fuse, standardise
 from prism.segmenting import TokenCounter
 
 SHARE, KEEP = 0.30, 45
+DENSE = ("minilm", "wordllama")  # the embedders a flag adds: --minilm, --wordllama
 
 
 def order_of(scores) -> list[int]:
@@ -91,16 +93,52 @@ def by_halves(label: str, halves, signals, tokens, names=SIGNALS) -> dict[str, n
     return held_out
 
 
-def add_minilm(by_filing, signals) -> float:
-    """The minilm signal of every question, one core; pages embedded per CPU second."""
-    from prism.embeddings import MiniLmEmbedder
+def add_dense(name: str, by_filing, signals) -> float:
+    """The embedder's signal of every question, one core; pages embedded per CPU second."""
+    from prism.embeddings import MiniLmEmbedder, WordLlamaEmbedder
 
-    model, cpu, pages = MiniLmEmbedder(threads=1), 0.0, 0
+    model = MiniLmEmbedder(threads=1) if name == "minilm" else WordLlamaEmbedder()
+    cpu, pages = 0.0, 0
     for texts, asked in by_filing.items():
         started = time.process_time()
         vectors = model.embed(texts)
         for q, question in zip(asked, model.embed([q.question for q in asked])):
-            signals[q.id]["minilm"] = (vectors @ question).astype(float)
+            signals[q.id][name] = (vectors @ question).astype(float)
+        cpu += time.process_time() - started
+        pages += len(texts)
+    return pages / cpu
+
+
+def add_variants(by_filing, signals) -> float:
+    """Two candidate signals, measured before any goes into the retriever: ``heading``, BM25 over
+    each page's first lines; ``rows``, for metric questions, the best share of a line item's words
+    that one table row (a line with figures) of the page names. Pages per CPU second."""
+    from prism.lexical import _tokens
+    from prism.retrieval import _METRICS, _NUMBER, HEADING_CHARS, _bm25, _index, read_question
+
+    cpu, pages = 0.0, 0
+    for texts, asked in by_filing.items():
+        started = time.process_time()
+        headings = _index(_tokens([t[:HEADING_CHARS] for t in texts]))
+        rows, owner = [], []
+        for page, text in enumerate(texts):
+            for line in text.splitlines():
+                words = line.split()
+                if any(_NUMBER.match(w) and any(c.isdigit() for c in w) for w in words):
+                    rows.append(" ".join(w for w in words if not _NUMBER.match(w)))
+                    owner.append(page)
+        labels = [set(r) for r in _tokens(rows)] if rows else []
+        for q in asked:
+            cues = read_question(q.question)
+            query = _tokens([f"{q.question} {cues.expansion}"])[0]
+            signals[q.id]["heading"] = _bm25(headings, query, len(texts))
+            items = [set(t) for t in _tokens([w for p, _, w in _METRICS if p.search(q.question)])]
+            best = np.zeros(len(texts))
+            for label, page in zip(labels, owner):
+                for item in items:
+                    if item:
+                        best[page] = max(best[page], len(item & label) / len(item))
+            signals[q.id]["rows"] = best
         cpu += time.process_time() - started
         pages += len(texts)
     return pages / cpu
@@ -139,20 +177,32 @@ def main() -> None:
     filings = sorted(by_filing, key=lambda texts: by_filing[texts][0].id)
     halves = [[q for i, f in enumerate(filings) if i % 2 == h for q in by_filing[f]] for h in (0, 1)]
     held_out = by_halves("financial", halves, signals, tokens)
-    if "--minilm" in sys.argv:
-        minilm_pages_per_s = add_minilm(by_filing, signals)
+    for dense in (name for name in DENSE if f"--{name}" in sys.argv):
+        dense_pages_per_s = add_dense(dense, by_filing, signals)
         show(
-            f"minilm alone ({minilm_pages_per_s:.1f} pages/s)",
-            figures(queries, {k: s["minilm"] for k, s in signals.items()}, tokens),
+            f"{dense} alone ({dense_pages_per_s:.1f} pages/s)",
+            figures(queries, {k: s[dense] for k, s in signals.items()}, tokens),
         )
         show(
-            "bm25 + minilm rrf",
-            figures(queries, {k: rrf_of(s, ("bm25", "minilm")) for k, s in signals.items()}, tokens),
+            f"bm25 + {dense} rrf",
+            figures(queries, {k: rrf_of(s, ("bm25", dense)) for k, s in signals.items()}, tokens),
         )
-        names = (*SIGNALS, "minilm")
-        with_minilm = by_halves("financial-minilm", halves, signals, tokens, names)
-        show("financial-minilm, both halves out-of-half", figures(queries, with_minilm, tokens))
-        print(f"financial-minilm weights fitted on all: {fit(queries, signals, names)} (shipped: {WEIGHTS_MINILM})")
+        names = (*SIGNALS, dense)
+        with_dense = by_halves(f"financial-{dense}", halves, signals, tokens, names)
+        show(f"financial-{dense}, both halves out-of-half", figures(queries, with_dense, tokens))
+        shipped = DENSE_WEIGHTS.get(dense)
+        print(f"financial-{dense} weights fitted on all: {fit(queries, signals, names)} (shipped: {shipped})")
+    if "--variants" in sys.argv:
+        variants_pages_per_s = add_variants(by_filing, signals)
+        print(f"variant signals: {variants_pages_per_s:.0f} pages/s on top of the index", flush=True)
+        for extra in (("heading",), ("rows",), ("heading", "rows")):
+            label = "financial+" + "+".join(extra)
+            for name in extra:
+                show(f"signal {name}", figures(queries, {k: s[name] for k, s in signals.items()}, tokens))
+            show(
+                f"{label}, both halves out-of-half",
+                figures(queries, by_halves(label, halves, signals, tokens, (*SIGNALS, *extra)), tokens),
+            )
     print(f"weights fitted on all: {fit(queries, signals)} (shipped: {WEIGHTS})", flush=True)
     show(
         "financial, shipped weights (in-sample)",
