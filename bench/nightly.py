@@ -1,19 +1,24 @@
 """A nightly run's cost with and without the provider-side levers, on one simulator and one fleet.
 
-Q fixed generic questions over each of F FinanceBench filings (pages as chunks), run twice by
-`prism run` on real `celery worker` processes, Redis, SeaweedFS and the simulator over HTTP:
+Q fixed generic questions over each of F FinanceBench filings (pages as chunks), run three times
+by `prism run` on real `celery worker` processes, Redis, SeaweedFS and the simulator over HTTP:
 
 - baseline: the question before the chunks (question_first), no prompt_cache_key, standard tier;
-- levers: question_last, a prompt_cache_key per (model, filing segment) with warm-up and
-  per-key pacing, and the flex tier (the simulator refuses some flex requests: retried, unpaid).
+- flex: question_last, a prompt_cache_key per (model, filing segment) with warm-up and per-key
+  pacing, and the flex tier (the simulator refuses some flex requests: retried, unpaid);
+- batch: question_last and the key, through the Batch API (`--via batch`).
 
 The simulator caches prefixes as the provider does (per machine, 128-token blocks past 1,024,
-routing by the first tokens and the key, spill-over, expiry) and reports reasoning tokens (its
-default shares, derived from PRISM's ~15% completion tokens) in both runs. The LLM reads the same
-chunk text in both; only the order in the prompt, the key and the tier differ. The response
-cache is off, so every request reaches the simulator.
+routing by the first tokens and the key, spill-over, expiry; inside batches for the gpt-5
+family) and reports reasoning tokens (its default shares, derived from PRISM's ~15% completion
+tokens) in every run. The LLM reads the same chunk text in all three; only the order in the
+prompt, the key and the tier differ. The response cache is off, so every request reaches the
+simulator. `prism estimate`'s figure for the flex and batch runs is set beside what they cost.
 
-    python bench/nightly.py [--questions 10] [--filings 12]
+Then the 129 FinanceBench page questions with qrels go through the oracle simulator in this
+process, as the baseline sends them and with the levers: the same rankings, the same NDCG@5.
+
+    python bench/nightly.py [--questions 10] [--filings 20]
 """
 
 from __future__ import annotations
@@ -21,14 +26,25 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 
 from _common import PAGES, Fleet, report
+from batch import BATCH_ENV
 
 from prism.datasets import load_queries
-from prism.testing.prompt_cache import CacheModel
-from prism.testing.simulator import REASONING_SHARES, Simulator, SimulatorConfig
+from prism.estimate import estimate
+from prism.llm import Endpoint, Gateway, RequestOptions, RetryPolicy
+from prism.metrics import evaluate
+from prism.models import RunConfig
+from prism.pricing import PriceTable
+from prism.rankers import build_ranker
+from prism.segmenting import TokenCounter
+from prism.strategies.chunks import prepare, rank_chunks
+from prism.testing.batches import BatchConfig
+from prism.testing.prompt_cache import CacheModel, PromptCache
+from prism.testing.simulator import DEFAULT_EFFORT, REASONING_SHARES, Simulator, SimulatorConfig
 
 QUESTIONS = (
     "What was total revenue for the most recent fiscal year, and how did it change from the prior year?",
@@ -87,10 +103,72 @@ def summary(run: dict) -> dict:
     }
 
 
+LEVERS = {"PRISM_PROMPT_LAYOUT": "question_last"}
+# Batch answers wait in the response cache, which only that run reads; the others go past it,
+# so no run is answered from another's requests. --fresh: the batch and flex runs share job ids
+# (the tier is not part of the ranking config).
+RUNS = (
+    ("baseline", {"PRISM_PROMPT_LAYOUT": "question_first", "PRISM_PROMPT_CACHE_KEY": "false"}, ("--fresh",)),
+    ("batch", LEVERS | BATCH_ENV | {"PRISM_CACHE": "true"}, ("--fresh", "--via", "batch")),
+    ("flex", LEVERS | {"PRISM_SERVICE_TIER": "flex"}, ("--fresh",)),
+)
+VISIBLE_OUTPUT = 40  # a ranking reply of ten indices, reasoning apart
+
+
+def estimated_usd(lines: list[str], scratch: Path) -> dict[str, Decimal]:
+    """`prism estimate`'s figures for the levers' runs, before any call: the same question-last
+    config, the simulator's documented reasoning share at its default effort."""
+    path = scratch / "nightly.jsonl"
+    path.write_text("".join(lines))
+    config = RunConfig(chunk_ranker="llm", prompt_layout="question_last")
+    outputs = {stage: VISIBLE_OUTPUT for stage in config.models}
+    result = estimate(
+        load_queries(path), config, PriceTable.load(), outputs, reasoning_share=REASONING_SHARES[DEFAULT_EFFORT]
+    )
+    return {tier: Decimal(result.usd[f"{tier}_cached"]) for tier in ("flex", "batch")}
+
+
+def layouts_rank_alike() -> dict:
+    """The 129 FinanceBench page questions on the oracle simulator (noise 0.3), once as the
+    baseline sends them and once with the levers (question last, cache key, flex with some
+    refusals): the rankings must be the same, so the levers lose nothing on the way."""
+    queries = load_queries(PAGES)
+    qrels = {q.id: q.qrel for q in queries}
+    counter = TokenCounter()
+    rankings: dict[str, dict[str, list[int]]] = {}
+    sim_config = SimulatorConfig(mode="oracle", noise=0.3, fault_rates={"flex_unavailable": 0.03})
+    with Simulator(sim_config) as sim:
+        sim.add_queries(queries)
+        for name, layout, options in (
+            ("baseline", "question_first", RequestOptions(prompt_cache_key=False)),
+            ("levers", "question_last", RequestOptions(service_tier="flex")),
+        ):
+            config = RunConfig(chunk_ranker="llm", prompt_layout=layout)
+            policy = RetryPolicy(timeout_s=600, max_attempts=20, backoff_cap_s=0.5)
+            gateway = Gateway(
+                Endpoint(base_url=sim.url, api_key="sk-bench"), PriceTable.load(), policy, options=options
+            )
+            segments, rerank = build_ranker(config, "segments", gateway), build_ranker(config, "rerank", gateway)
+
+            def one(q, segments=segments, rerank=rerank, config=config):
+                data = prepare(q.question, q.candidates, counter, config.segment_tokens)
+                ranking, _ = rank_chunks(segments, rerank, data, 5, config.segment_top_k, config.segment_tokens)
+                return q.id, ranking.indices
+
+            with ThreadPoolExecutor(4) as pool:
+                rankings[name] = dict(pool.map(one, queries))
+    base, levers = rankings["baseline"], rankings["levers"]
+    return {
+        "oracle_ndcg5_baseline": evaluate(base, qrels)["ndcg@5"],
+        "oracle_ndcg5_levers": evaluate(levers, qrels)["ndcg@5"],
+        "oracle_same_rankings": f"{sum(base[q] == levers[q] for q in base)}/{len(base)}",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--questions", type=int, default=10)
-    parser.add_argument("--filings", type=int, default=12)  # 10 x 12 keeps the two runs under 5 minutes
+    parser.add_argument("--filings", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keep", type=Path, default=None, help="keep the logs in this folder")
     args = parser.parse_args()
@@ -104,58 +182,69 @@ def main() -> None:
     )
     keep = tempfile.mkdtemp(dir=args.keep) if args.keep else None
     with tempfile.TemporaryDirectory() as scratch, Simulator(config) as sim:
-        tmp = keep or scratch
+        tmp = Path(keep or scratch)
+        estimated = estimated_usd(lines, tmp)
+        sim.batch.config = BatchConfig(validate_s=0.2, process_s=2.0, finalize_s=0.2)
         env = {
             "PRISM_CHUNK_RANKER": "llm",
             "PRISM_CACHE": "false",
             "PRISM_LLM_LIMITS": json.dumps({"*": {"requests": "3000/minute", "tokens": "40000000/minute"}}),
         }
         # A Redis DB of its own: other benchmarks flush theirs.
-        with Fleet(sim, Path(tmp), redis_db_index=7, **env) as fleet:
-            fleet.start_workers(args.workers, concurrency=2)
+        with Fleet(sim, tmp, redis_db_index=7, **env) as fleet:
             source = fleet.upload("nightly.jsonl.gz", lines)
             runs = {}
-            for name, levers in (
-                ("baseline", {"PRISM_PROMPT_LAYOUT": "question_first", "PRISM_PROMPT_CACHE_KEY": "false"}),
-                ("flex", {"PRISM_PROMPT_LAYOUT": "question_last", "PRISM_SERVICE_TIER": "flex"}),
-            ):
+            for name, levers, args_ in RUNS:
                 # The workers read the tier and the key option at start: a fresh fleet per run.
                 fleet.stop_workers()
                 fleet.start_workers(args.workers, concurrency=2, **levers)
-                spills = sim.prompt_cache.spills if sim.prompt_cache else 0
-                runs[name] = summary(fleet.run(source, f"nightly-{name}", **levers))
-                runs[name]["spills"] = (sim.prompt_cache.spills if sim.prompt_cache else 0) - spills
-        base, flex = runs["baseline"], runs["flex"]
-        expected = len(lines)
-        for name, s in runs.items():
-            report(
-                run=name,
-                queries=s["done"],
-                prompt_tokens=s["prompt"],
-                cached_tokens=s["cached"],
-                reasoning_tokens=s["reasoning"],
-                throttled=s["throttled"],
-                usd=float(s["usd"]),
-                status=s["status"],
-                pending=s["pending"],
-                cold_segment_calls=s["cold_segment_calls"],
-                spilled_requests=s["spills"],
-                **{
-                    f"{stage}_{what}": v[f"{what}_tokens"]
-                    for stage, v in s["stages"].items()
-                    for what in ("prompt", "cached")
-                },
-                wall_s=s["wall_s"],
-            )
+                # Each run starts with the provider's cache empty, as on a night after the last.
+                sim.prompt_cache = PromptCache(config.cache)
+                runs[name] = summary(fleet.run(source, f"nightly-{name}", *args_, **levers))
+                runs[name]["spills"] = sim.prompt_cache.spills
+            fleet.stop_workers()
+    expected = len(lines)
+    for name, s in runs.items():
         report(
-            usd_baseline=float(base["usd"]),
-            usd_flex=float(flex["usd"]),
-            usd_ratio=float(flex["usd"] / base["usd"]),
-            input_usd_ratio=float(flex["input_usd"] / base["input_usd"]),
-            cached_prompt_share=flex["cached"] / flex["prompt"],
-            lost=sum(expected - s["done"] - s["failed"] for s in runs.values()),
-            failed=base["failed"] + flex["failed"],
+            run=name,
+            queries=s["done"],
+            prompt_tokens=s["prompt"],
+            cached_tokens=s["cached"],
+            reasoning_tokens=s["reasoning"],
+            throttled=s["throttled"],
+            usd=float(s["usd"]),
+            status=s["status"],
+            pending=s["pending"],
+            cold_segment_calls=s["cold_segment_calls"],
+            spilled_requests=s["spills"],
+            **{
+                f"{stage}_{what}": v[f"{what}_tokens"]
+                for stage, v in s["stages"].items()
+                for what in ("prompt", "cached")
+            },
+            wall_s=s["wall_s"],
         )
+    base, flex, batch = runs["baseline"], runs["flex"], runs["batch"]
+    report(
+        estimate_usd_flex=float(estimated["flex"]),
+        estimate_usd_batch=float(estimated["batch"]),
+        estimate_error_flex=float(estimated["flex"] / flex["usd"] - 1),
+        estimate_error_batch=float(estimated["batch"] / batch["usd"] - 1),
+    )
+    oracle = layouts_rank_alike()
+    report(
+        usd_baseline=float(base["usd"]),
+        usd_flex=float(flex["usd"]),
+        usd_batch=float(batch["usd"]),
+        usd_ratio=float(flex["usd"] / base["usd"]),
+        input_usd_ratio=float(flex["input_usd"] / base["input_usd"]),
+        cached_prompt_share=flex["cached"] / flex["prompt"],
+        batch_usd_ratio=float(batch["usd"] / base["usd"]),
+        estimate_error_flex=float(estimated["flex"] / flex["usd"] - 1),
+        **oracle,
+        lost=sum(expected - s["done"] - s["failed"] for s in runs.values()),
+        failed=sum(s["failed"] for s in runs.values()),
+    )
 
 
 if __name__ == "__main__":

@@ -91,4 +91,5 @@ def usage(model: str, raw: dict | None) -> Usage | None:
         prompt_tokens=raw.get("prompt_tokens") or 0,
         cached_tokens=cached if BATCH_CACHING.match(model) else 0,
         completion_tokens=raw.get("completion_tokens") or 0,
+        reasoning_tokens=(raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0,
     )

@@ -35,7 +35,7 @@ class Estimate(BaseModel):
     queries: int
     layout: str
     stages: dict[str, StageEstimate]
-    usd: dict[str, str]  # "standard", "standard_cached", "flex", "flex_cached"
+    usd: dict[str, str]  # per tier (standard, flex, batch), and with the cache ("flex_cached", ...)
     unpriced_models: list[str] = []
 
 
@@ -46,7 +46,10 @@ def estimate(
     expected_output: dict[Stage, int],
     cache_keys: bool = True,
     counter: TokenCounter | None = None,
+    reasoning_share: float = 0.0,
 ) -> Estimate:
+    """``expected_output``: output tokens per request by stage; ``reasoning_share``: reasoning
+    tokens per prompt token on top of that (a reasoning model thinks more over longer prompts)."""
     counter = counter or TokenCounter()
     stages: dict[Stage, StageEstimate] = {}
     seen: set[str] = set()  # prefixes already sent once: the provider serves them from its cache
@@ -61,7 +64,7 @@ def estimate(
         s = stages.setdefault(stage, StageEstimate())
         s.calls += 1
         s.prompt_tokens += prompt
-        s.completion_tokens += expected_output.get(stage, 0)
+        s.completion_tokens += expected_output.get(stage, 0) + round(reasoning_share * prompt)
         key = prefix_id(texts)
         if cacheable and shared and prompt >= CACHE_MIN_TOKENS and key in seen:
             # Everything before the question is shared; read in whole blocks.
@@ -102,7 +105,7 @@ def estimate(
             wins, depth = k * len(segments), depth + 1
     usd: dict[str, Decimal] = {}
     unpriced: set[str] = set()
-    for tier in ("standard", "flex"):
+    for tier in ("standard", "flex", "batch"):
         for cached in (False, True):
             total = Decimal(0)
             for stage, s in stages.items():

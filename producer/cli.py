@@ -188,6 +188,12 @@ def estimate(
             min=0, help="Expected output tokens per request, reasoning included (PRISM_LLM_EXPECTED_OUTPUT_TOKENS)."
         ),
     ] = None,
+    reasoning_share: Annotated[
+        float,
+        typer.Option(
+            min=0, help="Reasoning tokens expected per prompt token on top of that (PRISM's runs: about 0.18)."
+        ),
+    ] = 0.0,
 ) -> None:
     """USD of a run over INPUT before any call, per tier, with and without the provider's cache."""
     from prism.datasets import load_queries
@@ -201,7 +207,12 @@ def estimate(
     expected = output_tokens if output_tokens is not None else settings.llm_expected_output_tokens
     outputs = {s: min(expected, config.output_cap(s) or expected) for s in config.models}
     result = run_estimate(
-        load_queries(input, limit), config, PriceTable.load(settings.prices_file), outputs, settings.prompt_cache_key
+        load_queries(input, limit),
+        config,
+        PriceTable.load(settings.prices_file),
+        outputs,
+        settings.prompt_cache_key,
+        reasoning_share=reasoning_share,
     )
     out = Console(soft_wrap=True)
     out.print(f"{result.queries} queries, layout {result.layout}, {expected} output tokens expected per request")
@@ -212,7 +223,8 @@ def estimate(
     u = result.usd
     out.print(
         f"USD standard {float(u['standard']):.4f} (with the provider cache {float(u['standard_cached']):.4f}); "
-        f"flex {float(u['flex']):.4f} (with the cache {float(u['flex_cached']):.4f})"
+        f"flex {float(u['flex']):.4f} (with the cache {float(u['flex_cached']):.4f}); "
+        f"batch {float(u['batch']):.4f} (with the cache {float(u['batch_cached']):.4f})"
     )
     if result.unpriced_models:
         out.print(f"[yellow]no price for {', '.join(result.unpriced_models)}: left out of the USD figures[/yellow]")

@@ -214,8 +214,6 @@ class Simulator:
                 return 400, {"error": error}, {}, delay
             message = f"This model's maximum context length is {self.config.context_tokens} tokens; the prompt has {prompt_tokens}."
             return 400, _error(message, "context_length_exceeded"), {}, delay
-        # The same prompt gets the same answer, noise included, whatever the order of requests.
-        rng = random.Random(f"{self.config.seed}:{hashlib.sha1(text.encode()).hexdigest()}")
         caps = [body[name] for name in self.config.reads_cap if isinstance(body.get(name), int)]
         cap = min(caps) if caps else None
         if fault == "runaway" or self.config.runaway:
@@ -225,7 +223,7 @@ class Simulator:
         elif fault == "malformed":
             reply = "I would start with the third chunk."
         else:
-            reply = self._rank(messages, text, rng)
+            reply = self._rank(messages, text)
         finish = "stop"
         if cap is not None and self._tokens.count(reply) >= cap:
             reply, finish = self._tokens.truncate(reply, cap), "length"
@@ -348,7 +346,7 @@ class Simulator:
             self.config.latency_s,
         )
 
-    def _rank(self, messages: list[dict], text: str, rng: random.Random) -> str:
+    def _rank(self, messages: list[dict], text: str) -> str:
         shape = re.search(r"Reply format: ([\w-]+)", text)
         if shape and shape.group(1) == "subquestions-json":
             question = (
@@ -369,7 +367,7 @@ class Simulator:
             return "There are no numbered candidates to rank."
         task, question, candidates = split_prompt(prompt)
         if self.config.mode == "oracle":
-            scores = self._oracle(question, candidates, rng)
+            scores = self._oracle(question, candidates)
         else:
             ranker = document_lexical_ranker() if task == "documents" else LexicalRanker()
             ranking = ranker.rank(question, candidates, len(candidates))
@@ -434,9 +432,13 @@ class Simulator:
             return self.answers.get(question, "The evidence settles it.")
         return passages[0][:200] if passages else "The evidence does not settle it."
 
-    def _oracle(self, question: str, candidates: list[str], rng: random.Random) -> list[float]:
+    def _oracle(self, question: str, candidates: list[str]) -> list[float]:
         """Each candidate's grade, replaced by a random one with probability ``noise``; a
-        tiny random part breaks ties."""
+        tiny random part breaks ties. The draws depend on the question and the candidates
+        alone, so the same request gets the same answer whatever the order of requests and
+        wherever the prompt layout puts the question."""
+        digest = hashlib.sha1("\0".join([question, *candidates]).encode()).hexdigest()
+        rng = random.Random(f"{self.config.seed}:{digest}")
         table = self.grades.get(question, {})
         top = max(table.values(), default=0)
         scores = []

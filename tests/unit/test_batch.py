@@ -26,7 +26,12 @@ def test_files_are_cut_by_lines_and_by_bytes():
 
 
 def _ok(custom_id: str, text: str, cached: int = 0) -> dict:
-    usage = {"prompt_tokens": 100, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": cached}}
+    usage = {
+        "prompt_tokens": 100,
+        "completion_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": 5},
+    }
     body = {"choices": [{"message": {"content": text}}], "usage": usage}
     return {"custom_id": custom_id, "response": {"status_code": 200, "body": body}, "error": None}
 
@@ -40,7 +45,7 @@ def test_output_and_error_lines_are_read_as_answers_and_failures():
     data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
     got = {r.custom_id: r for r in batch.read_lines(data, "gpt-5-mini")}
     assert got["a"].text == "[1, 0]" and got["a"].usage == Usage(
-        prompt_tokens=100, cached_tokens=64, completion_tokens=7
+        prompt_tokens=100, cached_tokens=64, completion_tokens=7, reasoning_tokens=5
     )
     assert got["b"].text is None and got["b"].expired and "batch_expired" in (got["b"].error or "")
     assert got["c"].text is None and not got["c"].expired and got["c"].error == "HTTP 500: boom"

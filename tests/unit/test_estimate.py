@@ -37,3 +37,16 @@ def test_only_question_last_shares_the_segments_and_flex_halves_the_price():
     # Without a cache key the provider would not be asked to keep the prefix together.
     keyless = estimate(_queries(4), _config("question_last"), PriceTable.load(), outputs, cache_keys=False)
     assert keyless.stages["segments"].cached_tokens == 0
+
+
+def test_reasoning_grows_with_the_prompt_and_batch_halves_the_price():
+    outputs = {"segments": 40, "rerank": 40}
+    plain = estimate(_queries(2), _config("question_last"), PriceTable.load(), outputs)
+    thinking = estimate(_queries(2), _config("question_last"), PriceTable.load(), outputs, reasoning_share=0.18)
+    for stage, s in thinking.stages.items():
+        base = plain.stages[stage]
+        assert s.prompt_tokens == base.prompt_tokens and base.completion_tokens == 40 * base.calls
+        # Rounded per call: within one token a call of 18% of its prompt.
+        assert abs(s.completion_tokens - base.completion_tokens - 0.18 * s.prompt_tokens) <= s.calls
+    assert Decimal(thinking.usd["standard"]) > Decimal(plain.usd["standard"])
+    assert Decimal(thinking.usd["batch"]) == Decimal(thinking.usd["standard"]) / 2
