@@ -28,9 +28,9 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
 ):
     client = s3_client(s3_server)
     with gzip.open(PAGES, "rt") as f:
-        pages = [next(f) for _ in range(12)]
+        pages = [next(f) for _ in range(6)]
     bad_row = '{"uuid": "broken", "messages": [{"role": "user", "content": "no candidates"}]}\n'
-    lines = DOC_DEV.read_text().splitlines(keepends=True) + [bad_row] + pages
+    lines = DOC_DEV.read_text().splitlines(keepends=True)[:100] + [bad_row] + pages
     client.put_object(Bucket=bucket, Key="in/mixed.jsonl.gz", Body=gzip.compress("".join(lines).encode()))
 
     env = fleet_env(redis_url, s3_server, fresh_simulator.url)
@@ -43,14 +43,14 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
     base = "prism/runs/e2e"
     documents = s3_keys(client, bucket, f"{base}/results/documents/")
     chunks = s3_keys(client, bucket, f"{base}/results/chunks/")
-    assert len(documents) == 296 and len(chunks) == 12, run.stderr[-3000:]
+    assert len(documents) == 100 and len(chunks) == 6, run.stderr[-3000:]
     manifest = s3_json(client, bucket, f"{base}/manifest.json")
     assert manifest["status"] == "complete"
     counts = manifest["counts"]
     assert (counts["documents"], counts["chunks"], counts["done"], counts["failed"], counts["invalid_rows"]) == (
-        296,
-        12,
-        308,
+        100,
+        6,
+        106,
         0,
         1,
     )
@@ -58,16 +58,16 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
 
     failures = client.get_object(Bucket=bucket, Key=f"{base}/failures.jsonl")["Body"].read().decode().splitlines()
     (failure,) = [json.loads(line) for line in failures]
-    assert failure["line"] == 297 and failure["field"] == "messages" and failure["query_id"] == "broken"
+    assert failure["line"] == 101 and failure["field"] == "messages" and failure["query_id"] == "broken"
 
     # cost.json is the sum of the per-call records in the result files.
     records = [s3_json(client, bucket, key) for key in documents + chunks]
     calls = [c for r in records for c in r["calls"]]
     cost = s3_json(client, bucket, f"{base}/cost.json")
-    assert cost["total"]["calls"] == len(calls) >= 308
+    assert cost["total"]["calls"] == len(calls) >= 106
     assert Decimal(cost["total"]["usd"]) == sum(Decimal(c["usd"]) for c in calls) > 0
     assert cost["total"]["prompt_tokens"] == sum(c["usage"]["prompt_tokens"] for c in calls)
-    assert cost["by_task"]["documents"]["calls"] == 296
+    assert cost["by_task"]["documents"]["calls"] == 100
     assert cost["by_task"]["chunks"]["calls"] == sum(len(r["calls"]) for r in records if r["task"] == "chunks")
     assert set(cost["by_stage"]) == {"documents", "segments", "rerank"}
     assert sum(j["calls"] for j in cost["jobs"]) == len(calls)
@@ -95,7 +95,7 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
     assert metrics["documents"]["ndcg@5"] == pytest.approx(1.0) and metrics["chunks"]["ndcg@5"] == pytest.approx(1.0)
 
     status = prism_cli(["status", "e2e", "--results", results], env, tmp_path)
-    assert status.returncode == 0 and "308" in status.stdout
+    assert status.returncode == 0 and "106" in status.stdout
 
 
 def test_embedded_default_runs_the_bundled_sample_with_nothing_configured(tmp_path):
