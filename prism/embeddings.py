@@ -18,6 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
+from prism.registry import LOCAL_EMBEDDERS
+
 
 class Embedder(Protocol):
     name: str
@@ -172,7 +174,7 @@ def local_embedder(name: str):
 
 
 def embedder(name: str, gateway=None) -> Embedder:
-    if name in ("hashed", "minilm", "wordllama"):
+    if name in LOCAL_EMBEDDERS:
         return local_embedder(name)
     if gateway is None:
         raise ValueError(f"the embedder {name!r} is an API model but no LLM endpoint is configured")

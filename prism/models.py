@@ -182,7 +182,7 @@ class RunConfig(BaseModel):
             stages.add("evidence")
         elif self.uses_llm("chunks"):
             stages |= {"segments", "rerank"}
-        local = ("hashed", "minilm", "wordllama", "lsa", "financial", "financial-minilm")
+        local = registry.LOCAL_SCORERS
         if (any(self.icl.values()) and self.models["embeddings"] not in local) or self.dense not in local:
             stages.add("embeddings")
         return stages

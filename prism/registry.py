@@ -46,6 +46,10 @@ FREE: dict[Task, frozenset[str]] = {
 }
 # Document rankers that read the prior model.
 NEEDS_PRIOR = frozenset({"prior", "cascade", "fuse"})
+# Embedders that run in this process at $0; any other name is an embeddings model behind the gateway.
+LOCAL_EMBEDDERS = frozenset({"hashed", "minilm", "wordllama"})
+# Dense scorers of the pre-filter and the hybrid ranker that need no embeddings model.
+LOCAL_SCORERS = LOCAL_EMBEDDERS | {"lsa", "financial", "financial-minilm"}
 
 PROMPTS: dict[str, str] = {
     "p1": "role, filing-type descriptions and hints, a strict list of indices",
