@@ -21,7 +21,9 @@ SHARED = Path(os.environ.get("PRISM_SHARED_DATA", ROOT.parent / "shared" / "data
 DOC_DEV = SHARED / "finagentbench" / "document_ranking_kaggle_dev.jsonl"
 DOC_FULL = SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl"
 PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
-REDIS_DB = int(os.environ.get("PRISM_TEST_REDIS_DB", "11"))
+# Parallel test processes (pytest -n) each take the next DB index, so none flushes another's queue.
+XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+REDIS_DB = int(os.environ.get("PRISM_TEST_REDIS_DB", "11")) + XDIST_WORKER
 
 
 @pytest.fixture(scope="session")
