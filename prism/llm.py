@@ -409,16 +409,9 @@ class Gateway:
         # The tier that answered: a flex request may be served at another tier, and billed so.
         served = getattr(response, "service_tier", None)
         tier = "flex" if served == "flex" else "standard" if served else tier
-        split = self.prices.split(model, usage, tier) if usage else None  # no usage reported: unpriced
-        usd = split[0] + split[1] if split else None
-        cache_saved = tier_saved = Decimal(0)
-        if usage is not None and usd is not None:
-            uncached = usage.model_copy(update={"cached_tokens": 0})
-            at_tier = self.prices.usd(model, uncached, tier) or usd
-            cache_saved = at_tier - usd
-            tier_saved = (self.prices.usd(model, uncached) or at_tier) - at_tier
+        price = self.prices.priced(model, usage, tier)  # no usage reported: unpriced
         if budget is not None:
-            budget.settle(reserved_usd, usd)
+            budget.settle(reserved_usd, price["usd"])
         body = decode(response)
         call = CallRecord(
             stage=stage,
@@ -428,11 +421,8 @@ class Gateway:
             attempts=attempts,
             throttled=throttled,
             timeouts=timeouts,
-            usd=usd,
-            input_usd=split[0] if split else None,
-            cache_saved_usd=cache_saved,
-            tier_saved_usd=tier_saved,
             tier=tier,
+            **price,
             prompt_token_gap=prompt_gap(prompt, usage) if check_prompt else None,
         )
         if self.cache is not None and all(body.values()):

@@ -44,6 +44,23 @@ class PriceTable:
         split = self.split(model, usage, tier)
         return None if split is None else split[0] + split[1]
 
+    def priced(self, model: str, usage: Usage | None, tier: str = "standard") -> dict[str, Decimal | None]:
+        """A call's price fields: ``usd``, ``input_usd`` (None: unpriced, or no usage reported) and
+        what the levers saved, each against the call without it: ``cache_saved_usd`` (cached
+        tokens at the full input rate) and ``tier_saved_usd`` (the tier against standard)."""
+        split = self.split(model, usage, tier) if usage is not None else None
+        if usage is None or split is None:
+            return {"usd": None, "input_usd": None, "cache_saved_usd": Decimal(0), "tier_saved_usd": Decimal(0)}
+        usd = split[0] + split[1]
+        uncached = usage.model_copy(update={"cached_tokens": 0})
+        at_tier = self.usd(model, uncached, tier) or usd
+        return {
+            "usd": usd,
+            "input_usd": split[0],
+            "cache_saved_usd": at_tier - usd,
+            "tier_saved_usd": (self.usd(model, uncached) or at_tier) - at_tier,
+        }
+
     def split(self, model: str, usage: Usage, tier: str = "standard") -> tuple[Decimal, Decimal] | None:
         """(prompt side, completion side) in USD at the tier's rates; None: no price."""
         factor = TIER_FACTOR[tier]

@@ -95,7 +95,7 @@ class CostSummary(BaseModel):
     usd: Decimal = Decimal(0)  # priced calls only: with any unpriced call the total is unknown
     input_usd: Decimal = Decimal(0)  # the prompt side of usd
     cache_saved_usd: Decimal = Decimal(0)  # cached tokens against the full input rate
-    tier_saved_usd: Decimal = Decimal(0)  # flex against standard prices
+    tier_saved_usd: Decimal = Decimal(0)  # flex or batch against standard prices
     usd_known: bool = True
     llm_seconds: float = 0.0
 

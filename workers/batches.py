@@ -278,16 +278,14 @@ class BatchDriver:
         log.info("batch taken in", batch_id=record["id"], status=status, answered=len(answered), again=len(again))
 
     def _call(self, stage: Stage, model: str, usage: Usage | None, latency: float) -> CallRecord:
-        split = self.gateway.prices.split(model, usage, "batch") if usage else None  # no usage: unpriced
         return CallRecord(
             stage=stage,
             model=model,
             usage=usage or Usage(),
             latency_s=latency,
             attempts=1,
-            usd=None if split is None else split[0] + split[1],
-            input_usd=None if split is None else split[0],
             tier="batch",
+            **self.gateway.prices.priced(model, usage, "batch"),  # no usage: unpriced
         )
 
     def _drop(self, key: str) -> None:

@@ -119,6 +119,10 @@ def test_a_batch_run_costs_half_and_ranks_as_the_online_run(tmp_path, broker, s3
     assert b["calls"] == o["calls"] == len(paid) and b["cached_calls"] == 0 and b["unpriced_calls"] == 0
     assert (b["prompt_tokens"], b["completion_tokens"]) == (o["prompt_tokens"], o["completion_tokens"])
     assert Decimal(b["usd"]) * 2 == Decimal(o["usd"]) > 0
+    # The tier's saving is the half not paid, priced from the batch lines' usage.
+    levers = batch_run["cost"]["savings_by_lever"]
+    assert Decimal(levers["service_tier_usd"]) == Decimal(b["usd"])
+    assert Decimal(o["tier_saved_usd"]) == 0
     jobs = {(j["task"], j["query_id"]): Decimal(j["usd"]) for j in batch_run["cost"]["jobs"]}
     assert len(jobs) == 6 and all(usd > 0 for usd in jobs.values())  # each job's lines are its own
 

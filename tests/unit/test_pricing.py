@@ -40,3 +40,16 @@ def test_flex_is_half_of_standard_and_the_prompt_side_is_split_out():
     assert prompt == Decimal("0.25") * Decimal("0.2") + Decimal("0.025") * Decimal("0.8")
     assert completion == Decimal("0.2")
     assert table.usd("gpt-5-mini", usage, "flex") == (prompt + completion) / 2
+
+
+def test_a_call_is_priced_with_what_each_lever_saved():
+    table = PriceTable.load()
+    usage = Usage(prompt_tokens=1_000_000, cached_tokens=800_000, completion_tokens=100_000)
+    full = table.usd("gpt-5-mini", usage.model_copy(update={"cached_tokens": 0}))
+    batch = table.priced("gpt-5-mini", usage, "batch")
+    assert batch["usd"] == table.usd("gpt-5-mini", usage, "batch")
+    assert batch["tier_saved_usd"] == full / 2  # standard, uncached, against batch, uncached
+    assert batch["cache_saved_usd"] == (Decimal("0.25") - Decimal("0.025")) * Decimal("0.8") / 2
+    assert batch["usd"] + batch["cache_saved_usd"] + batch["tier_saved_usd"] == full
+    assert table.priced("acme-ranker-9000", usage)["usd"] is None
+    assert table.priced("gpt-5-mini", None) == table.priced("acme-ranker-9000", usage)
