@@ -257,6 +257,7 @@ class IngestResult:
     filing_id: str | None = None
     version: str | None = None
     reason: str | None = None  # why it failed
+    filing: Filing | None = None  # as parsed, when it was (not for an unchanged version)
 
 
 def ingest_one(
@@ -282,7 +283,7 @@ def ingest_one(
         return IngestResult("failed", reason=err.reason)
     outcome = corpus.put_filing(filing)
     corpus.clear_failure(source)
-    return IngestResult(outcome, filing.id, filing.version)
+    return IngestResult(outcome, filing.id, filing.version, filing=filing)
 
 
 def ingest_file(
@@ -300,8 +301,9 @@ def ingest_file(
     With ``segment_tokens``, each filing's chunk input for that budget is stored too, so runs
     over the corpus find it made."""
     summary = IngestSummary(sources=1)
+    parsed: list[Filing] = []  # their inputs are made from them, not from the stored copies
     if source_kind(name) == "rows":
-        _ingest_rows(corpus, summary, data, uri, index or {}, counter)
+        parsed = _ingest_rows(corpus, summary, data, uri, index or {}, counter)
     else:
         result = ingest_one(corpus, data, uri, record, chunking, counter)
         if result.filing_id is None:
@@ -309,9 +311,12 @@ def ingest_file(
             summary.failures.append(f"{uri}: {result.reason}")
         else:
             _count(corpus, summary, result.outcome, result.filing_id)
+            parsed = [result.filing] if result.filing is not None else []
     if segment_tokens:
+        fresh = {(f.id, f.version): f for f in parsed}
         for fid, version in summary.filings.items():
-            corpus.put_input(corpus.get_filing(fid, version), segment_tokens, counter)
+            filing = fresh.get((fid, version)) or corpus.get_filing(fid, version)
+            corpus.put_input(filing, segment_tokens, counter)
     return summary
 
 
@@ -395,7 +400,8 @@ def _ingest_rows(
     uri: str,
     index: dict[str, dict[str, Any]],
     counter: TokenCounter,
-) -> None:
+) -> list[Filing]:
+    """The filings of a rows file into the corpus; returns those it parsed."""
     import io
 
     def latest(filing_id: str) -> str | None:
@@ -410,6 +416,7 @@ def _ingest_rows(
     for filing in rows.filings:
         _count(corpus, summary, corpus.put_filing(filing), filing.id)
     summary.questions.update(rows.questions)
+    return rows.filings
 
 
 def _sources(
