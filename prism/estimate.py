@@ -81,7 +81,15 @@ def estimate(
             continue
         if not config.uses_llm("chunks"):
             continue
-        data = prepare(q.question, q.candidates, counter, config.segment_tokens, config.prefilter_keep, config.dense)
+        data = prepare(
+            q.question,
+            q.candidates,
+            counter,
+            config.segment_tokens,
+            config.prefilter_keep,
+            config.dense,
+            share=config.prefilter_share,
+        )
         level = first_level(data, config.top_n, config.segment_top_k, config.segment_tokens)
         for segment in level.segments:
             call("segments", q.question, [data.chunks[i] for i in segment], level.k, "chunks")

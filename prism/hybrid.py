@@ -1,5 +1,6 @@
 """BM25 and dense scores fused by reciprocal rank fusion: a $0 ranker of its own, and the
-pre-filter that keeps a filing's M most promising chunks before any LLM reads them.
+pre-filter that keeps a filing's M most promising chunks, or the most promising that fit in a
+share of its tokens, before any LLM reads them.
 
 The scorer named "financial" is the financial-page retriever of :mod:`prism.retrieval` (BM25,
 LSA and the question's metric, statement and period cues, fused by fitted weights), used alone:
@@ -96,9 +97,34 @@ class HybridRanker:
         return Ranking(indices=order, scores=[round(scores[i], 6) for i in order])
 
 
-def prefilter(question: str, texts: Sequence[str], keep: int, dense: str | Embedder = "financial") -> list[int]:
-    """The ``keep`` best chunks by the scorer's fused score, in their original order."""
-    if len(texts) <= keep:
+def prefilter(
+    question: str,
+    texts: Sequence[str],
+    keep: int | None = None,
+    dense: str | Embedder = "financial",
+    share: float | None = None,
+    costs: Sequence[int] | None = None,
+) -> list[int]:
+    """The best chunks by the scorer's fused score, in their original order: the best ``keep``,
+    or (``share``) the best that fit together in that share of the filing's tokens (``costs``)."""
+    if share is None and keep is not None and len(texts) <= keep:
         return list(range(len(texts)))
     scores = hybrid_scores(question, texts, dense)
-    return sorted(sorted(scores, key=lambda i: (-scores[i], i))[:keep])
+    order = sorted(scores, key=lambda i: (-scores[i], i))
+    if share is None:
+        return sorted(order[:keep])
+    if costs is None or len(costs) != len(texts):
+        raise ValueError("a pre-filter by share of the tokens needs every chunk's token count")
+    # A chunk bigger than the whole share still leaves the filing its best chunk to rank.
+    return sorted(within_budget(order, costs, share * sum(costs)) or order[:1])
+
+
+def within_budget(order: Sequence[int], costs: Sequence[int], budget: float) -> list[int]:
+    """The chunks taken best first while they fit in ``budget`` tokens; a chunk too big for what
+    is left is passed over for the smaller ones after it, so the budget is filled."""
+    kept, used = [], 0
+    for i in order:
+        if used + costs[i] <= budget:
+            kept.append(i)
+            used += costs[i]
+    return kept

@@ -125,6 +125,7 @@ class RunConfig(BaseModel):
     icl: dict[Task, int] = {}  # in-context examples per task (0 or absent: none)
     icl_index: str | None = None  # the example store: "<uri>#<sha256>"
     prefilter_keep: int | None = None  # keep this many chunks (BM25 + dense) before any LLM
+    prefilter_share: float | None = Field(None, gt=0, lt=1)  # or the best that fit in this share of the tokens
     dense: str = "financial"  # the pre-filter and hybrid scorer: financial, or BM25 + lsa / an embedder
     evidence_rounds: int = Field(3, ge=1, le=5)
     evidence_strictness: Literal["strict", "lenient"] = "strict"
@@ -163,6 +164,11 @@ class RunConfig(BaseModel):
         if cap and REASONING_MODELS.search(self.models.get(stage, "")):
             cap += REASONING_TOKENS
         return cap or None
+
+    @property
+    def prefilters(self) -> bool:
+        """A pre-filter is on: the kept chunks depend on the question."""
+        return bool(self.prefilter_keep or self.prefilter_share)
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]

@@ -102,6 +102,7 @@ def label(manifest: RunManifest) -> str:
         f"chunks {c.chunk_ranker}" + (f"/{c.chunk_prompt}" if c.chunk_ranker == "llm" else ""),
         icl,
         f"prefilter {c.prefilter_keep}" if c.prefilter_keep else "",
+        f"prefilter {c.prefilter_share:.0%} of tokens" if c.prefilter_share else "",
     ]
     return ", ".join(p for p in parts if p) + f" [{c.fingerprint()[:6]}]"
 

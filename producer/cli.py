@@ -76,7 +76,14 @@ TimeoutOpt = Annotated[float | None, typer.Option(min=1, help="Stop waiting afte
 IclDocsOpt = Annotated[int | None, typer.Option(help="In-context examples per document prompt (PRISM_ICL_DOCUMENTS).")]
 IclChunksOpt = Annotated[int | None, typer.Option(help="In-context examples per chunk prompt (PRISM_ICL_CHUNKS).")]
 PrefilterOpt = Annotated[
-    int | None, typer.Option(help="Keep this many chunks per filing by BM25 + dense fusion (PRISM_PREFILTER_KEEP).")
+    int | None, typer.Option(help="Keep this many chunks per filing by the pre-filter scorer (PRISM_PREFILTER_KEEP).")
+]
+PrefilterShareOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--prefilter-share",
+        help="Or keep the best chunks that fit in this share of the filing's tokens (PRISM_PREFILTER_SHARE).",
+    ),
 ]
 FreshOpt = Annotated[
     bool, typer.Option("--fresh", help="Rank every query, even those an earlier run ranked with the same job id.")
@@ -98,6 +105,7 @@ def run(
     icl_documents: IclDocsOpt = None,
     icl_chunks: IclChunksOpt = None,
     prefilter: PrefilterOpt = None,
+    prefilter_share: PrefilterShareOpt = None,
     fresh: FreshOpt = False,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = None,
@@ -147,6 +155,7 @@ def run(
         "icl_documents": icl_documents,
         "icl_chunks": icl_chunks,
         "prefilter_keep": prefilter,
+        "prefilter_share": prefilter_share,
         "budget_usd": budget_usd,
         "results": results,
         "filings_per_question": filings,
@@ -546,7 +555,12 @@ def _settings(flags: dict | None = None) -> Settings:
 
 
 _FLAGS = {k: k.replace("_", "-") for k in ("doc_ranker", "chunk_ranker", "doc_prompt", "chunk_prompt", "top_n")}
-_FLAGS |= {"prefilter_keep": "prefilter", "icl_documents": "icl-documents", "icl_chunks": "icl-chunks"}
+_FLAGS |= {
+    "prefilter_keep": "prefilter",
+    "prefilter_share": "prefilter-share",
+    "icl_documents": "icl-documents",
+    "icl_chunks": "icl-chunks",
+}
 _FLAGS |= {"budget_usd": "budget-usd", "results": "results", "filings_per_question": "filings", "via": "via"}
 
 

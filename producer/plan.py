@@ -227,7 +227,7 @@ def _plan_query(
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
         return "enqueued"
     budget = spec.config.segment_tokens
-    if not spec.config.prefilter_keep:  # rows over one filing (identical candidates) share its input
+    if not spec.config.prefilters:  # rows over one filing (identical candidates) share its input
         digest = hashlib.sha256(json.dumps(q.candidates, ensure_ascii=False).encode()).hexdigest()[:24]
         key = layout.input(f"filing-{digest}")
         if digest not in shared:
@@ -239,24 +239,43 @@ def _plan_query(
         enqueue_level(job, 0, level)
         plan.segments += len(level.segments)
         return "enqueued"
-    with recording() as calls:  # a pre-filter on an API embedder is paid: keep its calls
-        data = chunks.prepare(
-            q.question,
-            q.candidates,
-            counter,
-            budget,
-            spec.config.prefilter_keep,
-            dense_scorer(spec.config.dense, gateway),
-        )
-    if calls:  # its own key: a resumed run that embeds again adds its calls, never replaces them
-        spent = Spent(run_id=spec.run_id, task="chunks", query_id=q.id, reason="pre-filter embeddings", calls=calls)
-        put_model(store, layout.spent(f"prefilter-{jid}-{uuid.uuid4().hex[:8]}"), spent)
-    key = layout.input(q.id)
-    put_model(store, key, data)  # stored before the jobs that read it are enqueued
+    key, data = prefiltered_input(spec, store, q.id, jid, q.question, q.candidates, counter, gateway)
     level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)
     enqueue_level(ChunkJob(input_key=key, n_candidates=len(q.candidates), **common), 0, level)
     plan.segments += len(level.segments)
     return "enqueued"
+
+
+def prefiltered_input(
+    spec: RunSpec,
+    store: Store,
+    query_id: str,
+    jid: str,
+    question: str,
+    texts: list[str],
+    counter: TokenCounter,
+    gateway: Gateway | None,
+) -> tuple[str, chunks.ChunkInput]:
+    """The chunks the pre-filter keeps for this question, stored as the query's own input (before
+    the jobs that read it are enqueued); a pre-filter on an API embedder is paid, so its calls are
+    kept, each under a key of its own: a resumed run that embeds again adds, never replaces."""
+    layout, config = RunLayout(spec.run_id), spec.config
+    with recording() as calls:
+        data = chunks.prepare(
+            question,
+            texts,
+            counter,
+            config.segment_tokens,
+            config.prefilter_keep,
+            dense_scorer(config.dense, gateway),
+            share=config.prefilter_share,
+        )
+    if calls:
+        spent = Spent(run_id=spec.run_id, task="chunks", query_id=query_id, reason="pre-filter embeddings", calls=calls)
+        put_model(store, layout.spent(f"prefilter-{jid}-{uuid.uuid4().hex[:8]}"), spent)
+    key = layout.input(query_id)
+    put_model(store, key, data)
+    return key, data
 
 
 def _reuse(store: Store, layout: RunLayout, task: Task, query_id: str, jid: str) -> bool:

@@ -19,13 +19,14 @@ from collections.abc import Callable
 
 from prism.datasets import InputFileError, RowError
 from prism.ingest.models import Filing, FilingMeta
+from prism.llm import Gateway
 from prism.models import FILING_TYPES, Failure, JobResult, Query, RunConfig, RunManifest, job_id
 from prism.periods import choose_filings, resolve_period
 from prism.prior import DocPrior
 from prism.questions import Question, read_questions
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
-from producer.plan import Plan, RunSpec, _invalid, _reuse, copy_result
+from producer.plan import Plan, RunSpec, _invalid, _reuse, copy_result, prefiltered_input
 from tasks.ranking import enqueue_documents, enqueue_level
 from workers.corpus import Corpus
 from workers.ledger import Outcome, RunLayout, has_outcome, outcome_keys
@@ -58,6 +59,7 @@ def plan_questions(
     settings: Settings,
     budget_spent: Callable[[], bool] = lambda: False,
     on_query: Callable[[Plan], None] = lambda plan: None,
+    gateway: Gateway | None = None,
 ) -> Plan:
     assert spec.corpus is not None
     started = time.monotonic()
@@ -165,6 +167,7 @@ def plan_questions(
                     plan,
                     listed,
                     budget_spent,
+                    gateway,
                 )
                 row = {
                     "query_id": pair_id(q.id, fid),
@@ -291,6 +294,7 @@ def _plan_pair(
     plan: Plan,
     listed: set[str],
     budget_spent: Callable[[], bool],
+    gateway: Gateway | None,
 ) -> str:
     plan.chunks += 1
     pid = pair_id(q.id, fid)
@@ -317,10 +321,9 @@ def _plan_pair(
         via=spec.via,
     )
     budget = spec.config.segment_tokens
-    if spec.config.prefilter_keep:  # the kept chunks depend on the question: an input per pair
-        data = chunks.prepare(q.question, [c.text for c in filing.chunks], counter, budget, spec.config.prefilter_keep)
-        key = layout.input(pid)
-        put_model(store, key, data)
+    if spec.config.prefilters:  # the kept chunks depend on the question: an input per pair
+        texts = [c.text for c in filing.chunks]
+        key, data = prefiltered_input(spec, store, pid, jid, q.question, texts, counter, gateway)
         job = ChunkJob(input_key=key, n_candidates=len(filing.chunks), **common)
     else:
         key, data = shared

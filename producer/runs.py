@@ -181,7 +181,7 @@ class Runs:
                 status.update(f"planning: {p.documents} document and {p.chunks} chunk queries")
 
             if spec.corpus is not None:  # a question set over a corpus
-                plan = plan_questions(spec, store, self.settings, spent, on_query)
+                plan = plan_questions(spec, store, self.settings, spent, on_query, self.runtime.gateway)
             else:
                 plan = plan_run(spec, store, self.settings, self.runtime.gateway, spent, on_query=on_query)
         self.console.print(

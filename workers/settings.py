@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -119,6 +119,7 @@ class Settings(BaseSettings):
     icl_chunks: int = Field(0, ge=0)
     icl_index: str | None = None  # the example store (prism icl build); a folder or s3:// prefix
     prefilter_keep: int | None = Field(None, ge=1)  # keep this many chunks per filing by the scorer below
+    prefilter_share: float | None = Field(None, gt=0, lt=1)  # or the best that fit in this share of its tokens
     # financial: the fused financial-page retriever alone ($0); financial-minilm: with MiniLM; else BM25 fused with this dense
     # half: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
     dense: str = "financial"
@@ -144,6 +145,13 @@ class Settings(BaseSettings):
         caps = value.values() if isinstance(value, dict) else [] if value is None else [value]
         if any(cap < 0 for cap in caps):
             raise ValueError("an output cap is 0 (no cap) or a positive number of tokens")
+        return value
+
+    @field_validator("prefilter_share")
+    @classmethod
+    def _one_prefilter(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and info.data.get("prefilter_keep"):
+            raise ValueError("PRISM_PREFILTER_KEEP is set too: the pre-filter keeps a count or a share, not both")
         return value
 
     @field_validator("results", "cache_uri", "doc_prior", "icl_index")
@@ -198,6 +206,7 @@ class Settings(BaseSettings):
             "segment_tokens": self.segment_tokens,
             "icl": {t: k for t, k in (("documents", self.icl_documents), ("chunks", self.icl_chunks)) if k},
             "prefilter_keep": self.prefilter_keep,
+            "prefilter_share": self.prefilter_share,
             "dense": self.dense,
             "evidence_rounds": self.evidence_rounds,
             "evidence_strictness": self.evidence_strictness,
@@ -205,7 +214,7 @@ class Settings(BaseSettings):
             "evidence_granularity": self.evidence_granularity,
         }
         fields |= {k: v for k, v in overrides.items() if v is not None}
-        if fields["chunk_ranker"] == "evidence" and not fields["prefilter_keep"]:
+        if fields["chunk_ranker"] == "evidence" and not (fields["prefilter_keep"] or fields["prefilter_share"]):
             fields["prefilter_keep"] = 20  # the rounds read every candidate: narrow a filing first
         config = RunConfig(**fields)
         # The caps in force, written out, so the manifest shows them and a new default is a new job id.

@@ -46,16 +46,23 @@ def prepare(
     keep: int | None = None,
     dense="financial",
     counts: Sequence[int] | None = None,
+    share: float | None = None,
 ) -> ChunkInput:
-    """Keep the best ``keep`` chunks by the pre-filter scorer (``dense``) when asked, count every chunk's
-    tokens (unless ``counts`` gives them, by the same counter), and cut any chunk that alone would
-    overflow a segment."""
-    origin = prefilter(question, chunks, keep, dense) if keep and len(chunks) > keep else None
-    texts, truncated = ([chunks[i] for i in origin] if origin else list(chunks)), []
-    if counts is not None and origin is None and len(counts) == len(texts):
-        costs = [n + MARKER_TOKENS for n in counts]
-    else:
-        costs = [n + MARKER_TOKENS for n in counter.count_many(texts)]
+    """Keep the best chunks by the pre-filter scorer (``dense``) when asked: the best ``keep``, or
+    the best that fit in ``share`` of the filing's tokens; count every chunk's tokens (unless
+    ``counts`` gives them, by the same counter), and cut any chunk that alone would overflow a
+    segment."""
+    sizes = list(counts) if counts is not None and len(counts) == len(chunks) else None
+    origin = None
+    if share is not None and chunks:
+        sizes = sizes or counter.count_many(chunks)
+        origin = prefilter(question, chunks, dense=dense, share=share, costs=sizes)
+    elif keep and len(chunks) > keep:
+        origin = prefilter(question, chunks, keep, dense)
+    texts, truncated = ([chunks[i] for i in origin] if origin is not None else list(chunks)), []
+    if sizes is not None and origin is not None:
+        sizes = [sizes[i] for i in origin]
+    costs = [n + MARKER_TOKENS for n in (sizes if sizes is not None else counter.count_many(texts))]
     # A chunk may take a share of a segment, not all of it: cut to the whole budget, it could
     # never be pooled with other segments' winners, and would drop out of the final ranking.
     most = max(MARKER_TOKENS + 16, budget // MAX_CHUNK_SHARE)

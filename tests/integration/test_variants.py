@@ -121,6 +121,10 @@ def test_hybrid_ranker_and_prefilter_are_configuration_only(tmp_path, fresh_simu
     assert filtered["by_task"]["chunks"]["prompt_tokens"] < 0.5 * full["by_task"]["chunks"]["prompt_tokens"]
     for r in (r for r in results if r["task"] == "chunks"):
         assert r["n_candidates"] > 25 and all(0 <= i < r["n_candidates"] for i in r["ranking"]["indices"])
+    by_share, _, shared, _ = run_variant(tmp_path, fresh_simulator, mixed_input, "share", PRISM_PREFILTER_SHARE="0.3")
+    assert by_share["config"]["prefilter_share"] == 0.3 and by_share["counts"]["failed"] == 0
+    # The kept chunks fit in 30% of each filing's tokens; the prompts add the instructions and the question.
+    assert shared["by_task"]["chunks"]["prompt_tokens"] < 0.4 * full["by_task"]["chunks"]["prompt_tokens"]
 
 
 def test_prefilter_on_an_api_embedder_is_accounted(tmp_path, fresh_simulator, mixed_input):

@@ -4,7 +4,7 @@ import pytest
 
 from prism.lexical import LexicalRanker
 from prism.models import Ranking
-from prism.segmenting import TokenCounter
+from prism.segmenting import MARKER_TOKENS, TokenCounter
 from prism.strategies.chunks import AllSegmentsFailed, ChunkInput, prepare, rank_chunks
 
 
@@ -135,3 +135,15 @@ def test_rate_limits_and_budgets_are_not_segment_failures():
 
     with pytest.raises(BudgetExhausted):
         rank_chunks(Broke(), Broke(), chunk_input([0] * 40), top_n=2, k=3, budget=2000)
+
+
+def test_a_pre_filter_by_share_keeps_chunks_and_their_counts_in_filing_order():
+    chunks = ["widget revenue grew", "cats and dogs " * 50, "weather today", "widget revenue fell " * 5, "more cats"]
+    counter = TokenCounter()
+    data = prepare("widget revenue", chunks, counter, 1000, share=0.3)
+    assert data.origin is not None and data.origin == sorted(data.origin)
+    assert 0 in data.origin and 1 not in data.origin  # the long off-topic chunk alone is over the share
+    assert data.chunks == [chunks[i] for i in data.origin]
+    assert data.costs == [counter.count(chunks[i]) + MARKER_TOKENS for i in data.origin]
+    given = prepare("widget revenue", chunks, counter, 1000, share=0.3, counts=[7] * 5)
+    assert given.costs == [7 + MARKER_TOKENS] * len(given.origin)

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from prism.embeddings import local_embedder
-from prism.hybrid import HybridRanker, lsa_scores, prefilter, rrf
+from prism.hybrid import HybridRanker, lsa_scores, prefilter, rrf, within_budget
 from prism.icl import ExampleStore, ExampleStoreError, gold_ranking
 from prism.metrics import evidence_precision_recall, exact_match, five_numbers, run_statistics, token_f1, welch
 from tests.conftest import DOC_DEV, PAGES, load
@@ -70,6 +70,23 @@ def test_prefilter_keeps_m_chunks_in_filing_order_and_finds_the_obvious_one():
     assert prefilter("anything", texts[:5], 10) == [0, 1, 2, 3, 4]
     assert HybridRanker().rank("capital expenditures", texts, 3).indices[0] == 27
     assert np.argmax(lsa_scores("capital expenditures property plant", texts)) == 27
+
+
+def test_prefilter_by_share_fills_the_share_of_tokens_best_first():
+    texts = [f"page {i} about the weather and the office lease" for i in range(40)]
+    texts[27] = "capital expenditures: purchases of property, plant and equipment were $1,577 million"
+    texts[5] = "capital expenditures " + "and more filler " * 200  # the second best, and too big
+    costs = [len(t.split()) for t in texts]
+    kept = prefilter("What were capital expenditures?", texts, share=0.3, costs=costs)
+    assert 27 in kept and 5 not in kept and kept == sorted(kept)
+    assert sum(costs[i] for i in kept) <= 0.3 * sum(costs)
+    assert sum(costs[i] for i in kept) > 0.3 * sum(costs) - max(costs[i] for i in range(40) if i != 5)
+    # When no chunk fits, the filing keeps its best one rather than nothing.
+    assert prefilter("What were capital expenditures?", texts[:2], share=0.1, costs=[10, 10]) == [0]
+    with pytest.raises(ValueError, match="token count"):
+        prefilter("q", texts, share=0.3)
+    assert within_budget([2, 0, 1], [5, 3, 6], 10) == [2, 1]  # 0 no longer fits; 1 does
+    assert within_budget([2, 0, 1], [3, 6, 5], 10) == [2, 0]
 
 
 def test_the_hybrid_pre_filter_keeps_most_evidence_pages_in_a_third():

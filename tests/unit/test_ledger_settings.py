@@ -43,6 +43,8 @@ BAD_SETTINGS = [
     ({"PRISM_BUDGET_USD": "-1"}, "PRISM_BUDGET_USD=-1"),
     ({"PRISM_RESULTS": "s3://"}, "PRISM_RESULTS=s3://"),
     ({"PRISM_CONFIG": "/no/such/file.toml"}, "PRISM_CONFIG=/no/such/file.toml: no such file"),
+    ({"PRISM_PREFILTER_SHARE": "30"}, "PRISM_PREFILTER_SHARE=30"),
+    ({"PRISM_PREFILTER_KEEP": "45", "PRISM_PREFILTER_SHARE": "0.3"}, "PRISM_PREFILTER_SHARE=0.3: PRISM_PREFILTER_KEEP"),
 ]
 
 
@@ -76,6 +78,7 @@ def test_an_unknown_key_in_the_config_file_is_an_error(tmp_path):
         (["run", "--limit", "0"], "--limit"),
         (["run", "--top-n", "0"], "--top-n=0"),
         (["run", "--doc-ranker", "best"], "--doc-ranker=best: must be one of"),
+        (["run", "--prefilter", "45", "--prefilter-share", "0.3"], "--prefilter-share=0.3: --prefilter is set too"),
     ],
 )
 def test_a_bad_flag_is_named(args, expected):
