@@ -96,6 +96,14 @@ def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
     assert not (folder_out / "inputs").exists()
     again = subprocess.run([*cmd[:-1], "q2"], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "reused 2" in again.stderr, again.stderr
+    # A pre-filter makes each pair an input of its own, and keeps the evidence page.
+    narrowed = subprocess.run([*cmd[:-1], "q3", "--prefilter-share", "0.6"], env=env, capture_output=True, text=True)
+    assert narrowed.returncode == 0, narrowed.stderr
+    inputs = [json.loads(p.read_text()) for p in (tmp_path / "res" / "runs" / "q3" / "inputs").rglob("*.json")]
+    assert len(inputs) == 2 and all(0 < len(i["chunks"]) < len(PAGES["acme_2022_10k"]) for i in inputs)
+    table = list(csv.DictReader(io.StringIO((tmp_path / "res" / "runs" / "q3" / "evidence.csv").read_text())))
+    best = {r["question_id"]: r["chunk_id"] for r in reversed(table)}
+    assert best == {"rev22": "acme_2022_10k:p2", "rev23": "acme_2023_10k:p3"}
 
 
 def test_nightly_new_over_a_fleet_ranks_only_the_questions_whose_filing_changed(
