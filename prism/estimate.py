@@ -15,11 +15,12 @@ from decimal import Decimal
 from pydantic import BaseModel
 
 from prism import prompts
+from prism.hybrid import within_budget
 from prism.llm import CACHE_MIN_TOKENS, prefix_id
 from prism.models import Query, RunConfig, Stage, Usage
 from prism.pricing import PriceTable
 from prism.segmenting import TokenCounter, plan_segments
-from prism.strategies.chunks import MAX_LEVELS, _fit, first_level, prepare
+from prism.strategies.chunks import MAX_LEVELS, first_level, prepare
 
 BLOCK_TOKENS = 128  # cached prefixes are read in steps of this many tokens
 
@@ -103,7 +104,7 @@ def estimate(
         while True:
             pool = sorted({j * n // wins for j in range(min(wins, n))})
             if sum(data.costs[i] for i in pool) <= config.segment_tokens or depth >= MAX_LEVELS:
-                texts = [data.chunks[i] for i in _fit(pool, data.costs, config.segment_tokens)]
+                texts = [data.chunks[i] for i in within_budget(pool, data.costs, config.segment_tokens)]
                 call("rerank", q.question, texts, config.top_n, "chunks", shared=False)
                 break
             segments = plan_segments(pool, data.costs, config.segment_tokens)

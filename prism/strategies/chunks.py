@@ -16,7 +16,7 @@ from itertools import zip_longest
 
 from pydantic import BaseModel
 
-from prism.hybrid import prefilter
+from prism.hybrid import prefilter, within_budget
 from prism.llm import ContextTooLong, Deferred, recording
 from prism.models import Flag, Ranking, SegmentOutcome
 from prism.rankers import Ranker
@@ -184,7 +184,7 @@ def after_level(
     if sum(data.costs[i] for i in pool) <= budget:
         return Pool(pool)
     if level + 1 >= MAX_LEVELS:  # cannot happen with sane settings; keep the best-placed winners
-        return Pool(sorted(_fit(interleave(done), data.costs, budget)))
+        return Pool(sorted(within_budget(interleave(done), data.costs, budget)))
     segments = plan_segments(pool, data.costs, budget)
     # Each level must shrink the pool: at most half of it goes on.
     return Level(segments, max(top_n, min(k, len(pool) // (2 * len(segments)))))
@@ -241,15 +241,6 @@ def interleave(outcomes: Sequence[SegmentOutcome]) -> list[int]:
     """Every segment's first winner, then every second, and so on."""
     ranked = zip_longest(*(o.indices for o in outcomes))
     return list(dict.fromkeys(i for row in ranked for i in row if i is not None))
-
-
-def _fit(order: list[int], costs: Sequence[int], budget: int) -> list[int]:
-    kept, used = [], 0
-    for i in order:
-        if used + costs[i] <= budget:
-            kept.append(i)
-            used += costs[i]
-    return kept
 
 
 def rank_chunks(
