@@ -95,3 +95,26 @@ def test_flex_refused_to_the_end_costs_nothing(fresh_simulator):
         _flex(fresh_simulator, attempts=3).complete(MESSAGES, stage="documents", model="gpt-5-mini")
     (call,) = calls
     assert call.attempts == 3 and call.usd == 0 and "resource_unavailable" in (call.error or "")
+
+
+def test_the_oracle_ranks_a_question_the_same_in_either_prompt_layout(fresh_simulator):
+    """A layout A/B measures the layout alone: the oracle's noise is drawn from the question and
+    its candidates, not from where the prompt puts them."""
+    from prism.models import RunConfig
+    from prism.rankers import build_ranker
+    from prism.testing.simulator import SimulatorConfig
+
+    fresh_simulator.config = SimulatorConfig(mode="oracle", noise=0.5)
+    gateway = Gateway(Endpoint(base_url=fresh_simulator.url, api_key="sk-x"), PriceTable.load(), RetryPolicy())
+    # Three of the simulator's questions, each over its evidence pages and 20 others.
+    asked = [
+        (q.question, [q.candidates[i] for i in sorted(set(q.qrel) | set(range(20)))]) for q in load(PAGES, limit=3)
+    ]
+    by_layout = {}
+    for layout in ("question_first", "question_last"):
+        ranker = build_ranker(RunConfig(chunk_ranker="llm", prompt_layout=layout), "segments", gateway)
+        by_layout[layout] = [ranker.rank(question, pages, 10).indices for question, pages in asked]
+    assert by_layout["question_first"] == by_layout["question_last"]
+    fresh_simulator.config = SimulatorConfig(mode="oracle")
+    noiseless = [ranker.rank(question, pages, 10).indices for question, pages in asked]
+    assert noiseless != by_layout["question_last"]  # the noise was on, and drawn the same both times
