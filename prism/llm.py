@@ -347,7 +347,10 @@ class Gateway:
         started = time.monotonic()
         key = cache_key(endpoint, model, payload)
         queue = _batch.get() if batch_body is not None else None
+        tier = "standard" if payload[0] == "embeddings" else self.options.service_tier
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            first = Usage.model_validate(hit["usage"]) if "usage" in hit else None
+            saved = self.prices.usd(model, first, tier) if first is not None else None
             call = CallRecord(
                 stage=stage,
                 model=model,
@@ -355,13 +358,13 @@ class Gateway:
                 attempts=0,
                 usd=Decimal(0),
                 cached=True,
+                response_cache_saved_usd=saved or Decimal(0),
             )
             if queue is not None and hit.get("batch_run") == queue.run_id:
                 return hit, call  # this run's batch answer: the batch driver accounted it, once
             return hit, self._account(call)
         reserved = prompt + output
         budget = _budget.get()
-        tier = "standard" if payload[0] == "embeddings" else self.options.service_tier
         batched = queue is not None and self.cache is not None
         expected = Usage(prompt_tokens=prompt, completion_tokens=output)
         reserved_usd = self.prices.usd(model, expected, "batch" if batched else tier) or Decimal(0)
@@ -426,7 +429,7 @@ class Gateway:
             prompt_token_gap=prompt_gap(prompt, usage) if check_prompt else None,
         )
         if self.cache is not None and all(body.values()):
-            self.cache.put(key, body | {"model": model})
+            self.cache.put(key, body | {"model": model, "usage": call.usage.model_dump(mode="json")})
         return body, self._account(call)
 
     def _call(self, endpoint: Endpoint, model: str, send, reserved: int, prompt_key: str | None = None):

@@ -79,6 +79,8 @@ class CallRecord(BaseModel):
     # tier against standard prices.
     cache_saved_usd: Decimal = Decimal(0)
     tier_saved_usd: Decimal = Decimal(0)
+    # A response-cache answer: what its first call's usage costs at this call's tier.
+    response_cache_saved_usd: Decimal = Decimal(0)
 
 
 class Ranking(BaseModel):

@@ -90,10 +90,15 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
             f"{s['prompt_tokens']} | {s['cached_tokens']} | {s['completion_tokens']} | {usd_text(s)} | {s['unpriced_calls']} |"
         )
     if levers := cost.get("savings_by_lever"):
+        usd = lambda name: f"${float(levers.get(name) or 0):.4f}"  # noqa: E731
+        prior = (
+            f", the document prior {usd('document_prior_usd')} (estimated)" if levers.get("document_prior_usd") else ""
+        )
         out += [
             "",
-            f"Saved by the provider's prompt cache ${float(levers['provider_cache_usd']):.4f}, by the service tier "
-            f"${float(levers['service_tier_usd']):.4f} (from the recorded usage).",
+            f"At list price the calls made cost {usd('list_usd')}. Saved by the provider's prompt cache "
+            f"{usd('provider_cache_usd')}, the service tier {usd('service_tier_usd')}, the response cache "
+            f"{usd('response_cache_usd')}{prior} (from the recorded usage).",
         ]
     gaps = [(t, q, c) for q, t, c in state.calls() if c.prompt_token_gap is not None]
     if gaps:

@@ -96,6 +96,7 @@ class CostSummary(BaseModel):
     input_usd: Decimal = Decimal(0)  # the prompt side of usd
     cache_saved_usd: Decimal = Decimal(0)  # cached tokens against the full input rate
     tier_saved_usd: Decimal = Decimal(0)  # flex or batch against standard prices
+    response_cache_saved_usd: Decimal = Decimal(0)  # answers reused, at what their first calls cost
     usd_known: bool = True
     llm_seconds: float = 0.0
 
@@ -118,6 +119,7 @@ class CostSummary(BaseModel):
         self.input_usd += call.input_usd or 0
         self.cache_saved_usd += call.cache_saved_usd
         self.tier_saved_usd += call.tier_saved_usd
+        self.response_cache_saved_usd += call.response_cache_saved_usd
         self.llm_seconds += call.latency_s
 
     def usd_text(self) -> str:
@@ -156,14 +158,20 @@ def cost_report(state: RunState) -> dict:
     def dump(groups: dict) -> dict:
         return {k: v.model_dump(mode="json") for k, v in sorted(groups.items())}
 
+    cascade = _cascade_savings(state, by_stage.get("documents"))
     return {
         "run_id": state.layout.run_id,
-        "savings": _cascade_savings(state, by_stage.get("documents")),
-        # From the recorded usage: the provider's prompt cache against the full input rate, the
-        # service tier against standard prices.
+        "savings": cascade,
+        # From the recorded usage: the calls made at list price (standard tier, nothing cached),
+        # and what each lever took off it: the provider's prompt cache against the full input
+        # rate, the service tier against standard prices, the response cache (answers reused)
+        # at what their first calls' usage costs now, the document prior at the mean LLM query.
         "savings_by_lever": {
+            "list_usd": str(total.usd + total.cache_saved_usd + total.tier_saved_usd),
             "provider_cache_usd": str(total.cache_saved_usd),
             "service_tier_usd": str(total.tier_saved_usd),
+            "response_cache_usd": str(total.response_cache_saved_usd),
+            "document_prior_usd": cascade["usd_saved_estimate"] if cascade else None,
         },
         "total": total.model_dump(mode="json"),
         "by_task": dump(by_task),

@@ -241,9 +241,10 @@ class BatchDriver:
         for custom_id, (task, query_id, line_stage) in record["lines"].items():
             result = results.get(custom_id)
             if result is not None and result.text is not None:
+                call = self._call(line_stage, model, result.usage, latency)
                 value = {"text": result.text, "model": model, "batch_run": self.run_id, "batch_id": record["id"]}
-                self.cache.put(custom_id, value)
-                calls[(task, query_id)].append(self._call(line_stage, model, result.usage, latency))
+                self.cache.put(custom_id, value | {"usage": call.usage.model_dump(mode="json")})
+                calls[(task, query_id)].append(call)
                 answered.append(custom_id)
                 continue
             reason = (result.error if result is not None else None) or f"no answer: the batch ended {status}"

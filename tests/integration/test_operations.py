@@ -49,6 +49,10 @@ def test_a_rerun_of_unchanged_input_makes_no_llm_calls(tmp_path, fleet, s3_serve
     total = three["cost"]["total"]
     assert total["calls"] == total["cached_calls"] == one["cost"]["total"]["calls"] and Decimal(total["usd"]) == 0
     assert fresh_simulator.stats["requests"] == requests
+    # The response cache saved what the first run paid for the same calls.
+    levers = three["cost"]["savings_by_lever"]
+    assert Decimal(levers["response_cache_usd"]) == Decimal(one["cost"]["total"]["usd"]) > 0
+    assert Decimal(levers["list_usd"]) == 0 and Decimal(one["cost"]["savings_by_lever"]["list_usd"]) > 0
     assert sorted(r["ranking"]["indices"] for r in three["results"]) == sorted(
         r["ranking"]["indices"] for r in one["results"]
     )
