@@ -7,7 +7,7 @@ LSA and the question's metric, statement and period cues, fused by fitted weight
 it already holds BM25. It is the default: on the FinanceBench pages it keeps the evidence in
 the best 45 pages for 0.98 of the questions (BM25 + LSA: 0.84), at NDCG@5 0.64 (0.31).
 "financial-minilm" adds MiniLM as one more of its signals (the [minilm] extra; about 40 times
-the CPU for one more question kept in 30% of the tokens).
+the CPU, and no more evidence kept in 30% of the tokens).
 
 Dense scores come from an embedder, or by default ("lsa") from latent semantic analysis of the
 filing itself: TF-IDF of its chunks reduced by SVD, fitted per filing in milliseconds, $0 and
