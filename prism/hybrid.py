@@ -24,7 +24,7 @@ import numpy as np
 from prism.embeddings import Embedder, embedder, local_embedder, normalize
 from prism.lexical import bm25_scores
 from prism.models import Ranking
-from prism.retrieval import filing_index
+from prism.retrieval import filing_index, page_vectors
 
 RRF_K = 60
 
@@ -70,8 +70,9 @@ def dense_scorer(name: str, gateway=None) -> str | Embedder:
 def dense_scores(question: str, texts: Sequence[str], dense: str | Embedder) -> np.ndarray:
     if isinstance(dense, str):  # "lsa"; the financial scorers score on their own, never through here
         return lsa_scores(question, texts)
-    vectors = dense.embed([question, *texts])
-    return vectors[1:] @ vectors[0]
+    if not texts:
+        return np.zeros(0)
+    return page_vectors(texts, dense) @ dense.embed([question])[0]
 
 
 def hybrid_scores(question: str, texts: Sequence[str], dense: str | Embedder = "lsa") -> dict[int, float]:

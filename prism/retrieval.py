@@ -21,7 +21,8 @@ retriever scores each page on signals of its own:
   0.938 (NDCG@5 0.641 to 0.667), so no weights ship for them.
 
 Each filing version is indexed once (``filing_index``): the ranker and the pre-filter share a
-bounded cache addressed by a digest of the pages' texts, page embeddings included. Building a
+bounded cache addressed by a digest of the pages' texts; page embeddings are also kept in a
+``VectorStore`` when the process has one (the fleet's results store), so they outlive it. Building a
 148-page index takes about 530 ms of CPU, a question against it about 11 ms.
 
 Each signal is standardised within the filing, and the fused score is their weighted sum. The
@@ -37,6 +38,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import bm25s
 import numpy as np
@@ -186,10 +188,18 @@ class FilingIndex:
     """Everything the retriever needs about one filing's pages, computed once; ``signals`` and
     ``scores`` answer each question against it."""
 
-    def __init__(self, texts: Sequence[str], lsa_dims: int = 100, embedder: Embedder | None = None):
+    def __init__(
+        self,
+        texts: Sequence[str],
+        lsa_dims: int = 100,
+        embedder: Embedder | None = None,
+        vectors: np.ndarray | None = None,
+    ):
         self.n = len(texts)
         self.embedder = embedder
-        self.vectors = embedder.embed(texts) if embedder is not None and texts else None
+        if vectors is None and embedder is not None and texts:
+            vectors = embedder.embed(texts)
+        self.vectors = vectors
         words = _tokens(texts)
         self.unigrams = _index(words)
         self.pairs = _index(_bigrams(words))
@@ -232,15 +242,28 @@ def digest(texts: Sequence[str]) -> str:
     return hasher.hexdigest()
 
 
-class IndexCache:
-    """The most recently asked filings' indexes, addressed by their texts' digest (and the
-    embedder), so every question about a filing version reuses one index and a changed filing
-    gets a new one. Bounded: the least recently used index goes first."""
+class VectorStore(Protocol):
+    """Where page vectors outlive the process: by embedder and the pages' digest."""
 
-    def __init__(self, size: int = 16):
+    def get(self, embedder: str, digest: str) -> np.ndarray | None: ...
+
+    def put(self, embedder: str, digest: str, vectors: np.ndarray) -> None: ...
+
+
+class IndexCache:
+    """The most recently asked filings' indexes and page vectors, addressed by their texts'
+    digest (and the embedder), so every question about a filing version reuses one index and a
+    changed filing gets a new one. Bounded: the least recently used entry goes first. Page
+    vectors, the costly part with a dense embedder, are also kept in ``store`` when one is set,
+    so a filing version is embedded once, not once per process or per run."""
+
+    def __init__(self, size: int = 16, store: VectorStore | None = None):
         self.size = size
+        self.store = store
         self.builds = 0
+        self.embedded = 0  # filings embedded here, not found in memory or the store
         self._entries: OrderedDict[tuple[str, str | None], FilingIndex] = OrderedDict()
+        self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, texts: Sequence[str], embedder: Embedder | None = None) -> FilingIndex:
@@ -249,18 +272,42 @@ class IndexCache:
             if key in self._entries:
                 self._entries.move_to_end(key)
                 return self._entries[key]
-        index = FilingIndex(texts, embedder=embedder)  # built outside the lock: other filings need not wait
+        vectors = self.page_vectors(texts, embedder) if embedder is not None and texts else None
+        index = FilingIndex(texts, embedder=embedder, vectors=vectors)  # built outside the lock
         with self._lock:
             self.builds += 1
-            self._entries[key] = index
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._remember(self._entries, key, index)
         return index
+
+    def page_vectors(self, texts: Sequence[str], embedder: Embedder) -> np.ndarray:
+        """The pages' vectors by this embedder: from memory, the store, or embedded (and kept)."""
+        address = digest(texts)
+        key = (address, embedder.name)
+        with self._lock:
+            if key in self._vectors:
+                self._vectors.move_to_end(key)
+                return self._vectors[key]
+        vectors = self.store.get(embedder.name, address) if self.store is not None else None
+        if vectors is None or vectors.shape[0] != len(texts):
+            vectors = embedder.embed(texts)
+            with self._lock:
+                self.embedded += 1
+            if self.store is not None:
+                self.store.put(embedder.name, address, vectors)
+        with self._lock:
+            self._remember(self._vectors, key, vectors)
+        return vectors
+
+    def _remember(self, entries: OrderedDict, key, value) -> None:
+        entries[key] = value
+        entries.move_to_end(key)
+        while len(entries) > self.size:
+            entries.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._vectors.clear()
 
 
 # The one cache of filing indexes, shared by the ranker and the pre-filter.
@@ -270,6 +317,11 @@ INDEXES = IndexCache()
 def filing_index(texts: Sequence[str], embedder: Embedder | None = None) -> FilingIndex:
     """The filing's index, built on its first question and reused by the rest."""
     return INDEXES.get(texts, embedder)
+
+
+def page_vectors(texts: Sequence[str], embedder: Embedder) -> np.ndarray:
+    """The filing's page vectors, embedded on its first question and reused by the rest."""
+    return INDEXES.page_vectors(texts, embedder)
 
 
 def fuse(signals: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:

@@ -80,6 +80,11 @@ class RunLayout:
         return f"index/jobs/{job_id}"
 
     @staticmethod
+    def vectors(embedder: str, digest: str) -> str:
+        """A filing version's page vectors by one embedder, shared by every run (content-addressed)."""
+        return f"index/vectors/{safe_name(embedder)}/{digest}.npy"
+
+    @staticmethod
     def last_over(corpus: str) -> str:
         """The last finished question-set run over this corpus (a LastRun): what `--new` starts from."""
         return f"index/corpora/{safe_name(corpus)}.json"

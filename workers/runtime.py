@@ -16,6 +16,7 @@ from prism.llm import Gateway
 from prism.models import CallRecord, RunConfig, Stage
 from prism.pricing import PriceTable
 from prism.rankers import Ranker, build_ranker
+from prism.retrieval import INDEXES
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import ChunkInput
 from workers import metrics, priors
@@ -28,6 +29,7 @@ from workers.limiter import FleetLimiter
 from workers.messages import ChunkJob, Job
 from workers.settings import FaultStage, Settings
 from workers.store import Store, get_model, open_store
+from workers.vectors import StoreVectors
 
 
 class InjectedFault(RuntimeError):
@@ -43,6 +45,8 @@ class Runtime:
         self._rankers: dict[tuple[str, Stage], Ranker] = {}
         self._inputs: OrderedDict[tuple[str, str], ChunkInput] = OrderedDict()
         self._counters: dict[str, TokenCounter] = {}
+        # The process's one index cache keeps its page vectors in the results store.
+        INDEXES.store = StoreVectors(lambda: self.store(settings.results))
 
     def store(self, uri: str) -> Store:
         if uri not in self._stores:

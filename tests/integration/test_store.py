@@ -65,3 +65,18 @@ def test_write_once_keeps_the_first_write(store):
     store.delete(key)
     assert not store.exists(key)
     assert store.put(key, b"third", if_absent=True) and store.get(key) == b"third"
+
+
+def test_page_vectors_round_trip_and_a_damaged_file_is_made_again(store):
+    import numpy as np
+
+    from workers.vectors import StoreVectors
+
+    vectors = StoreVectors(lambda: store)
+    assert vectors.get("minilm", "abc") is None
+    saved = np.arange(12, dtype=np.float32).reshape(3, 4)
+    vectors.put("minilm", "abc", saved)
+    assert np.array_equal(vectors.get("minilm", "abc"), saved)
+    assert vectors.get("wordllama", "abc") is None  # each embedder its own vectors
+    store.put(RunLayout.vectors("minilm", "bad"), b"not an array")
+    assert vectors.get("minilm", "bad") is None

@@ -144,6 +144,22 @@ def test_prefilter_on_an_api_embedder_is_accounted(tmp_path, fresh_simulator, mi
     assert cost["by_task"]["chunks"]["calls"] == cost["by_stage"]["embeddings"]["calls"] + sum(
         len(r["calls"]) for r in results if r["task"] == "chunks"
     )
+    # Each filing's page vectors are kept in the results store: a later run embeds only its questions.
+    questions = sum(r["task"] == "chunks" for r in results)
+    stored = list((tmp_path / "results" / "index" / "vectors").glob("text-embedding-3-small*/*.npy"))
+    assert 1 <= len(stored) <= questions  # one file per filing version
+    before = fresh_simulator.stats["embedding_requests"]
+    _, _, again, _ = run_variant(
+        tmp_path,
+        fresh_simulator,
+        mixed_input,
+        "api-dense-2",
+        PRISM_PREFILTER_KEEP="25",
+        PRISM_DENSE="text-embedding-3-small",
+        PRISM_TOP_N="4",  # another job id: ranked again, not reused
+    )
+    assert fresh_simulator.stats["embedding_requests"] - before == again["by_stage"]["embeddings"]["calls"] == questions
+    assert again["by_stage"]["embeddings"]["prompt_tokens"] < embeddings["prompt_tokens"] / 5
 
 
 def test_repeated_runs_are_compared_per_configuration(tmp_path, fresh_simulator, mixed_input):

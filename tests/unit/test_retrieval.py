@@ -126,3 +126,63 @@ def test_the_financial_ranker_and_pre_filter_are_the_zero_cost_defaults():
     assert CASH_FLOW_PAGE in kept and kept == sorted(kept)
     with pytest.raises(ValueError):
         build_ranker(RunConfig(chunk_ranker="llm"), "segments", None)
+
+
+class CountingEmbedder:
+    """The hashed embedder, keeping how many texts each call embedded."""
+
+    name = "hashed"
+
+    def __init__(self):
+        from prism.embeddings import HashedEmbedder
+
+        self.inner, self.calls = HashedEmbedder(), []
+
+    def embed(self, texts):
+        self.calls.append(len(texts))
+        return self.inner.embed(texts)
+
+    @property
+    def filings(self) -> int:  # calls that embedded pages, not a question
+        return sum(n > 1 for n in self.calls)
+
+
+class DictVectors:
+    """A VectorStore in memory, standing for the results store across processes."""
+
+    def __init__(self):
+        self.saved: dict[tuple[str, str], np.ndarray] = {}
+
+    def get(self, embedder, digest):
+        assert embedder == "hashed"
+        return self.saved.get((embedder, digest))
+
+    def put(self, embedder, digest, vectors):
+        assert embedder == "hashed"
+        self.saved[(embedder, digest)] = vectors
+
+
+def test_a_filing_is_embedded_once_across_questions_processes_and_scorers():
+    from prism.hybrid import dense_scores
+
+    store, embedder = DictVectors(), CountingEmbedder()
+    first = IndexCache(store=store)
+    scores = first.get(FILING, embedder).scores(CAPEX)
+    first.get(FILING, embedder).scores("What is the year end FY2018 net PPNE?")
+    assert embedder.filings == 1 and first.embedded == 1 and len(store.saved) == 1
+    # Another process with the same store: the index is built again, the pages are not embedded.
+    later = IndexCache(store=store)
+    assert np.allclose(later.get(FILING, embedder).scores(CAPEX), scores)
+    assert embedder.filings == 1 and later.embedded == 0 and later.builds == 1
+    # BM25 fused with the embedder reads the same page vectors; only each question is embedded.
+    INDEXES.clear()
+    INDEXES.store, kept = store, INDEXES.store
+    try:
+        dense_scores(CAPEX, FILING, embedder)
+        dense_scores("What were total assets?", FILING, embedder)
+    finally:
+        INDEXES.store = kept
+    assert embedder.filings == 1 and embedder.calls[-2:] == [1, 1]
+    # A changed filing is a new version: embedded again.
+    later.get(FILING[:-1], embedder)
+    assert later.embedded == 1 and len(store.saved) == 2 and embedder.filings == 2
