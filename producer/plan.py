@@ -255,6 +255,7 @@ def prefiltered_input(
     texts: list[str],
     counter: TokenCounter,
     gateway: Gateway | None,
+    counts: list[int] | None = None,
 ) -> tuple[str, chunks.ChunkInput]:
     """The chunks the pre-filter keeps for this question, stored as the query's own input (before
     the jobs that read it are enqueued); a pre-filter on an API embedder is paid, so its calls are
@@ -268,6 +269,7 @@ def prefiltered_input(
             config.segment_tokens,
             config.prefilter_keep,
             dense_scorer(config.dense, gateway),
+            counts=counts,
             share=config.prefilter_share,
         )
     if calls:

@@ -323,7 +323,8 @@ def _plan_pair(
     budget = spec.config.segment_tokens
     if spec.config.prefilters:  # the kept chunks depend on the question: an input per pair
         texts = [c.text for c in filing.chunks]
-        key, data = prefiltered_input(spec, store, pid, jid, q.question, texts, counter, gateway)
+        counts = corpus.counts(filing, counter)  # the ingest's, not counted again
+        key, data = prefiltered_input(spec, store, pid, jid, q.question, texts, counter, gateway, counts)
         job = ChunkJob(input_key=key, n_candidates=len(filing.chunks), **common)
     else:
         key, data = shared

@@ -44,6 +44,10 @@ PREFIX = "corpus"
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
 
 
+def _encoding(counter: TokenCounter) -> str:
+    return counter.encoding.name if counter.encoding is not None else "estimate"
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -151,15 +155,12 @@ class Corpus:
     def put_input(self, filing: Filing, budget: int, counter: TokenCounter) -> tuple[str, FilingInput]:
         """A filing's chunk input for a segment budget, computed once per version and budget and
         shared by every question (and run) over it: prompt costs, and the chunks cut to fit."""
-        encoding = counter.encoding.name if counter.encoding is not None else "estimate"
-        key = self.input_key(filing.id, filing.version, budget, encoding)
+        key = self.input_key(filing.id, filing.version, budget, _encoding(counter))
         try:
             return key, get_model(self.store, key, FilingInput)
         except KeyError:
             pass
-        counted = filing.exact_tokens and filing.encoding == encoding  # the ingest counted them with this tokenizer
-        counts = [c.tokens for c in filing.chunks] if counted else None
-        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget, counts=counts)
+        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget, counts=self.counts(filing, counter))
         shared = FilingInput(
             filing_id=filing.id,
             version=filing.version,
@@ -169,6 +170,12 @@ class Corpus:
         )
         put_model(self.store, key, shared, if_absent=True)
         return key, shared
+
+    @staticmethod
+    def counts(filing: Filing, counter: TokenCounter) -> list[int] | None:
+        """The chunks' token counts from the ingest, when it counted them with this tokenizer."""
+        counted = filing.exact_tokens and filing.encoding == _encoding(counter)
+        return [c.tokens for c in filing.chunks] if counted else None
 
     def chunk_input(self, key: str) -> chunks.ChunkInput:
         """The stored filing input as a ChunkInput with no question (the job gives it)."""
