@@ -128,18 +128,12 @@ def test_hybrid_ranker_and_prefilter_are_configuration_only(tmp_path, fresh_simu
 
 
 def test_prefilter_on_an_api_embedder_is_accounted(tmp_path, fresh_simulator, mixed_input):
+    api_dense = {"PRISM_PREFILTER_KEEP": "25", "PRISM_DENSE": "text-embedding-3-small"}
     before = fresh_simulator.stats["embedding_requests"]
-    _, _, cost, results = run_variant(
-        tmp_path,
-        fresh_simulator,
-        mixed_input,
-        "api-dense",
-        PRISM_PREFILTER_KEEP="25",
-        PRISM_DENSE="text-embedding-3-small",
-    )
+    _, _, cost, results = run_variant(tmp_path, fresh_simulator, mixed_input, "api-dense", **api_dense)
     served = fresh_simulator.stats["embedding_requests"] - before
     embeddings = cost["by_stage"]["embeddings"]
-    assert served >= 2 and embeddings["calls"] == served  # both filings embedded, every request counted
+    assert served >= 2 and embeddings["calls"] == served  # pages and questions embedded, every request counted
     assert embeddings["prompt_tokens"] > 0 and embeddings["unpriced_calls"] == 0 and float(embeddings["usd"]) > 0
     assert cost["by_task"]["chunks"]["calls"] == cost["by_stage"]["embeddings"]["calls"] + sum(
         len(r["calls"]) for r in results if r["task"] == "chunks"
@@ -149,15 +143,8 @@ def test_prefilter_on_an_api_embedder_is_accounted(tmp_path, fresh_simulator, mi
     stored = list((tmp_path / "results" / "index" / "vectors").glob("text-embedding-3-small*/*.npy"))
     assert 1 <= len(stored) <= questions  # one file per filing version
     before = fresh_simulator.stats["embedding_requests"]
-    _, _, again, _ = run_variant(
-        tmp_path,
-        fresh_simulator,
-        mixed_input,
-        "api-dense-2",
-        PRISM_PREFILTER_KEEP="25",
-        PRISM_DENSE="text-embedding-3-small",
-        PRISM_TOP_N="4",  # another job id: ranked again, not reused
-    )
+    # Another top n: another job id, so ranked again rather than reused.
+    _, _, again, _ = run_variant(tmp_path, fresh_simulator, mixed_input, "api-dense-2", **api_dense, PRISM_TOP_N="4")
     assert fresh_simulator.stats["embedding_requests"] - before == again["by_stage"]["embeddings"]["calls"] == questions
     assert again["by_stage"]["embeddings"]["prompt_tokens"] < embeddings["prompt_tokens"] / 5
 
