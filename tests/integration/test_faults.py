@@ -41,8 +41,13 @@ def assert_every_query_once(endpoint: str, bucket: str, run_id: str, expected: i
     return run
 
 
-def finish(producer: subprocess.Popen, timeout: float = 300) -> str:
-    out, err = producer.communicate(timeout=timeout)
+def finish(producer: subprocess.Popen, timeout: float = 240) -> str:
+    try:
+        out, err = producer.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        producer.kill()
+        out, err = producer.communicate()
+        raise AssertionError(f"the run did not end in {timeout} s:\n{err[-4000:]}") from None
     assert producer.returncode == 0, err[-4000:]
     return err
 
@@ -138,3 +143,28 @@ def test_provider_faults_end_in_complete_runs(
     else:  # an unreadable reply is asked again, then falls back to BM25: flagged, never a failure
         flags = [f for r in run["results"] for f in r["ranking"]["flags"]]
         assert "retried" in flags
+
+
+def test_a_worker_holding_a_job_outlives_the_broker_restart(tmp_path, s3_server, bucket, fresh_simulator, start_worker):
+    """The worker waits on the broker for more while its one job runs unacknowledged: the case
+    where a celery release stopped the worker instead of reconnecting and acknowledging."""
+    fresh_simulator.config.latency_s = 4
+    broker = RedisServer(tmp_path / "redis")
+    try:
+        source = upload_input(s3_server, bucket, "in/one.jsonl.gz", documents=1)
+        env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="3")
+        worker = start_worker(env)
+        producer = start_run(source, f"s3://{bucket}/prism", "held-job", env, tmp_path)
+        deadline = time.monotonic() + 60
+        while b"received" not in worker.log.read_bytes():
+            assert time.monotonic() < deadline, "the worker never received the job"
+            time.sleep(0.1)
+        broker.stop()
+        time.sleep(1)
+        broker.start()
+        finish(producer)
+        assert worker.proc.poll() is None, worker.log.read_text()[-3000:]
+        assert_every_query_once(s3_server, bucket, "held-job", 1)
+    finally:
+        broker.stop()
+
