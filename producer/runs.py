@@ -58,6 +58,20 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+@dataclass(frozen=True)
+class FleetView:
+    """The broker's queue and the workers' replies, as the producer's stall watch reads them."""
+
+    queued: int
+    answering: int
+    working: bool
+
+    @property
+    def stalled(self) -> bool:
+        """Nothing is running: the missing jobs were lost (idle) or nobody takes them."""
+        return not self.working and (not self.queued or not self.answering)
+
+
 @dataclass
 class RunEnd:
     """What a finished (or stopped) run comes to, for the summary and the exit status."""
@@ -277,7 +291,14 @@ class Runs:
                     return state, requeues
                 if finished != last_finished:
                     last_finished, last_change = finished, time.monotonic()
-                elif time.monotonic() - last_change > s.stall_s and self._idle():
+                elif time.monotonic() - last_change > s.stall_s and (fleet := self._fleet()).stalled:
+                    if fleet.queued:  # jobs wait and no worker is there to take them
+                        bar_view.console.print(
+                            f"[yellow]no progress for {s.stall_s:.0f} s, {fleet.queued} jobs queued and no worker "
+                            "answers: start workers (celery -A workers.app worker)[/]"
+                        )
+                        last_change = time.monotonic()
+                        continue
                     if requeues >= s.max_requeues:
                         self._record_lost(state, requeues)
                         continue
@@ -291,28 +312,28 @@ class Runs:
                     last_change = time.monotonic()
                 time.sleep(0.25 if s.embedded else 0.5)
 
-    def _idle(self) -> bool:
-        """No task queued or running. Embedded: the in-process worker's own state (a chord's
-        polling of its header does not count as work). Fleet: the broker's queue and the
-        workers' replies; unknown (the broker down) counts as busy."""
+    def _fleet(self) -> FleetView:
+        """What the broker and the workers say. Embedded: the in-process worker's own state (a
+        chord's polling of its header does not count as work). Fleet: the queue's length and the
+        workers' replies; the broker down counts as busy, since nothing can be told."""
         if self.settings.embedded:
             from celery.worker import state as worker_state
 
             busy = [*worker_state.active_requests, *worker_state.reserved_requests]
-            return all(r.name == "celery.chord_unlock" for r in busy)
+            return FleetView(queued=0, answering=1, working=any(r.name != "celery.chord_unlock" for r in busy))
         try:
             with self.app.connection_for_read() as conn:
                 try:
                     queue = conn.default_channel.queue_declare(queue=self.app.conf.task_default_queue, passive=True)
-                    if queue.message_count:
-                        return False
+                    queued = queue.message_count
                 except ChannelError:  # no such queue: a restarted broker that lost it, so nothing waits
-                    pass
+                    queued = 0
             inspect = self.app.control.inspect(timeout=1.0)
             replies = (inspect.active() or {}, inspect.reserved() or {}, inspect.scheduled() or {})
-            return not any(any(r.values()) for r in replies)
+            answering = len(set().union(*replies))
+            return FleetView(queued, answering, working=any(any(r.values()) for r in replies))
         except Exception:  # noqa: BLE001
-            return False
+            return FleetView(queued=0, answering=0, working=True)
 
     def _record_lost(self, state: RunState, requeues: int) -> None:
         """Give every enqueued job still without an outcome a failure that says why."""

@@ -168,3 +168,26 @@ def test_a_worker_holding_a_job_outlives_the_broker_restart(tmp_path, s3_server,
     finally:
         broker.stop()
 
+
+def test_a_run_with_no_worker_says_so_and_ends_once_one_starts(
+    tmp_path, s3_server, bucket, fresh_simulator, start_worker
+):
+    broker = RedisServer(tmp_path / "redis")
+    try:
+        source = upload_input(s3_server, bucket, "in/none.jsonl.gz", documents=3)
+        env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="2")
+        log = tmp_path / "producer.log"
+        cmd = [str(Path(sys.executable).parent / "prism"), "run", source, "--results", f"s3://{bucket}/prism"]
+        with log.open("w") as err:
+            producer = subprocess.Popen([*cmd, "--run-id", "no-worker"], env=env, cwd=tmp_path, stderr=err, text=True)
+            deadline = time.monotonic() + 60
+            while "no worker answers" not in log.read_text():
+                assert producer.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+            assert "3 jobs queued" in log.read_text()
+            start_worker(env)
+            assert producer.wait(timeout=120) == 0, log.read_text()[-3000:]
+        run = assert_every_query_once(s3_server, bucket, "no-worker", 3)
+        assert run["manifest"]["requeues"] == 0  # waiting jobs are not sent twice
+    finally:
+        broker.stop()
