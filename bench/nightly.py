@@ -1,17 +1,19 @@
 """A nightly run's cost with and without the provider-side levers, on one simulator and one fleet.
 
-Q fixed generic questions over each of F FinanceBench filings (pages as chunks), run three times
+Q fixed generic questions over each of F FinanceBench filings (pages as chunks), run four times
 by `prism run` on real `celery worker` processes, Redis, SeaweedFS and the simulator over HTTP:
 
 - baseline: the question before the chunks (question_first), no prompt_cache_key, standard tier;
 - flex: question_last, a prompt_cache_key per (model, filing segment) with warm-up and per-key
   pacing, and the flex tier (the simulator refuses some flex requests: retried, unpaid);
-- batch: question_last and the key, through the Batch API (`--via batch`).
+- batch: question_last and the key, through the Batch API (`--via batch`);
+- prefilter: flex with the $0 pre-filter on (`PRISM_PREFILTER_SHARE=0.3`): the LLM reads less, so
+  its figures (`usd_prefilter`, `prefilter_usd_ratio`) stand beside the ratios, not in them.
 
 The simulator caches prefixes as the provider does (per machine, 128-token blocks past 1,024,
 routing by the first tokens and the key, spill-over, expiry; inside batches for the gpt-5
 family) and reports reasoning tokens (its default shares, derived from PRISM's ~15% completion
-tokens) in every run. The LLM reads the same chunk text in all three; only the order in the
+tokens) in every run. The LLM reads the same chunk text in the first three; only the order in the
 prompt, the key and the tier differ. The response cache is off, so every request reaches the
 simulator. `prism estimate`'s figure for the flex and batch runs is set beside what they cost.
 
@@ -111,6 +113,10 @@ RUNS = (
     ("baseline", {"PRISM_PROMPT_LAYOUT": "question_first", "PRISM_PROMPT_CACHE_KEY": "false"}, ("--fresh",)),
     ("batch", LEVERS | BATCH_ENV | {"PRISM_CACHE": "true"}, ("--fresh", "--via", "batch")),
     ("flex", LEVERS | {"PRISM_SERVICE_TIER": "flex"}, ("--fresh",)),
+    # One lever more, beside the figures above: the $0 pre-filter keeps the best pages in 30% of
+    # each filing's tokens, so the LLM reads less (bench/prefilter.py measures what that does to
+    # NDCG@5 on questions with qrels; these generic questions have none).
+    ("prefilter", LEVERS | {"PRISM_SERVICE_TIER": "flex", "PRISM_PREFILTER_SHARE": "0.3"}, ("--fresh",)),
 )
 VISIBLE_OUTPUT = 40  # a ranking reply of ten indices, reasoning apart
 
@@ -224,7 +230,7 @@ def main() -> None:
             },
             wall_s=s["wall_s"],
         )
-    base, flex, batch = runs["baseline"], runs["flex"], runs["batch"]
+    base, flex, batch, prefilter = runs["baseline"], runs["flex"], runs["batch"], runs["prefilter"]
     report(
         estimate_usd_flex=float(estimated["flex"]),
         estimate_usd_batch=float(estimated["batch"]),
@@ -241,6 +247,9 @@ def main() -> None:
         cached_prompt_share=flex["cached"] / flex["prompt"],
         batch_usd_ratio=float(batch["usd"] / base["usd"]),
         estimate_error_flex=float(estimated["flex"] / flex["usd"] - 1),
+        usd_prefilter=float(prefilter["usd"]),
+        prefilter_usd_ratio=float(prefilter["usd"] / base["usd"]),
+        prefilter_prompt_ratio=prefilter["prompt"] / flex["prompt"],
         **oracle,
         lost=sum(expected - s["done"] - s["failed"] for s in runs.values()),
         failed=sum(s["failed"] for s in runs.values()),
