@@ -17,9 +17,17 @@ pytestmark = pytest.mark.integration
 DOCS, PAGES_N = 40, 3
 
 
-def start_run(source: str, results: str, run_id: str, env: dict, cwd: Path) -> subprocess.Popen:
+@pytest.fixture()
+def broker(tmp_path):
+    """A Redis of this test's own, for tests that stop it or must find its queue empty."""
+    server = RedisServer(tmp_path / "redis")
+    yield server
+    server.stop()
+
+
+def start_run(source: str, results: str, run_id: str, env: dict, cwd: Path, stderr=subprocess.PIPE) -> subprocess.Popen:
     cmd = [str(Path(sys.executable).parent / "prism"), "run", source, "--results", results, "--run-id", run_id]
-    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
 def wait_for_results(endpoint: str, bucket: str, run_id: str, at_least: int, timeout: float = 120) -> None:
@@ -65,24 +73,20 @@ def test_a_worker_killed_mid_job_loses_no_job(tmp_path, redis_url, s3_server, bu
     assert_every_query_once(s3_server, bucket, "kill9", DOCS + PAGES_N)
 
 
-def test_the_broker_restarted_mid_run_loses_no_job(tmp_path, s3_server, bucket, fresh_simulator, start_worker):
+def test_the_broker_restarted_mid_run_loses_no_job(tmp_path, broker, s3_server, bucket, fresh_simulator, start_worker):
     fresh_simulator.config.latency_s = 0.2
-    broker = RedisServer(tmp_path / "redis")
-    try:
-        source = upload_input(s3_server, bucket, "in/redis.jsonl.gz", documents=DOCS, pages=PAGES_N)
-        env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="4")
-        start_worker(env)
-        producer = start_run(source, f"s3://{bucket}/prism", "redis-restart", env, tmp_path)
-        wait_for_results(s3_server, bucket, "redis-restart", 5)
-        broker.stop()  # it keeps nothing on disk: queue, chords and limits are gone
-        time.sleep(2)
-        broker.start()
-        err = finish(producer)
-        assert "enqueuing the" in err  # the producer noticed the lost jobs and sent them again
-        run = assert_every_query_once(s3_server, bucket, "redis-restart", DOCS + PAGES_N)
-        assert run["manifest"]["requeues"] >= 1
-    finally:
-        broker.stop()
+    source = upload_input(s3_server, bucket, "in/redis.jsonl.gz", documents=DOCS, pages=PAGES_N)
+    env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="4")
+    start_worker(env)
+    producer = start_run(source, f"s3://{bucket}/prism", "redis-restart", env, tmp_path)
+    wait_for_results(s3_server, bucket, "redis-restart", 5)
+    broker.stop()  # it keeps nothing on disk: queue, chords and limits are gone
+    time.sleep(2)
+    broker.start()
+    err = finish(producer)
+    assert "enqueuing the" in err  # the producer noticed the lost jobs and sent them again
+    run = assert_every_query_once(s3_server, bucket, "redis-restart", DOCS + PAGES_N)
+    assert run["manifest"]["requeues"] >= 1
 
 
 def test_the_s3_server_stopped_and_started_mid_run_loses_no_job(tmp_path, redis_url, fresh_simulator, start_worker):
@@ -145,49 +149,42 @@ def test_provider_faults_end_in_complete_runs(
         assert "retried" in flags
 
 
-def test_a_worker_holding_a_job_outlives_the_broker_restart(tmp_path, s3_server, bucket, fresh_simulator, start_worker):
+def test_a_worker_holding_a_job_outlives_the_broker_restart(
+    tmp_path, broker, s3_server, bucket, fresh_simulator, start_worker
+):
     """The worker waits on the broker for more while its one job runs unacknowledged: the case
     where a celery release stopped the worker instead of reconnecting and acknowledging."""
     fresh_simulator.config.latency_s = 4
-    broker = RedisServer(tmp_path / "redis")
-    try:
-        source = upload_input(s3_server, bucket, "in/one.jsonl.gz", documents=1)
-        env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="3")
-        worker = start_worker(env)
-        producer = start_run(source, f"s3://{bucket}/prism", "held-job", env, tmp_path)
-        deadline = time.monotonic() + 60
-        while b"received" not in worker.log.read_bytes():
-            assert time.monotonic() < deadline, "the worker never received the job"
-            time.sleep(0.1)
-        broker.stop()
-        time.sleep(1)
-        broker.start()
-        finish(producer)
-        assert worker.proc.poll() is None, worker.log.read_text()[-3000:]
-        assert_every_query_once(s3_server, bucket, "held-job", 1)
-    finally:
-        broker.stop()
+    source = upload_input(s3_server, bucket, "in/one.jsonl.gz", documents=1)
+    env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="3")
+    worker = start_worker(env)
+    producer = start_run(source, f"s3://{bucket}/prism", "held-job", env, tmp_path)
+    deadline = time.monotonic() + 60
+    while b"received" not in worker.log.read_bytes():
+        assert time.monotonic() < deadline, "the worker never received the job"
+        time.sleep(0.1)
+    broker.stop()
+    time.sleep(1)
+    broker.start()
+    finish(producer)
+    assert worker.proc.poll() is None, worker.log.read_text()[-3000:]
+    assert_every_query_once(s3_server, bucket, "held-job", 1)
 
 
 def test_a_run_with_no_worker_says_so_and_ends_once_one_starts(
-    tmp_path, s3_server, bucket, fresh_simulator, start_worker
+    tmp_path, broker, s3_server, bucket, fresh_simulator, start_worker
 ):
-    broker = RedisServer(tmp_path / "redis")
-    try:
-        source = upload_input(s3_server, bucket, "in/none.jsonl.gz", documents=3)
-        env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="2")
-        log = tmp_path / "producer.log"
-        cmd = [str(Path(sys.executable).parent / "prism"), "run", source, "--results", f"s3://{bucket}/prism"]
-        with log.open("w") as err:
-            producer = subprocess.Popen([*cmd, "--run-id", "no-worker"], env=env, cwd=tmp_path, stderr=err, text=True)
-            deadline = time.monotonic() + 60
-            while "no worker answers" not in log.read_text():
-                assert producer.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.2)
-            assert "3 jobs queued" in log.read_text()
-            start_worker(env)
-            assert producer.wait(timeout=120) == 0, log.read_text()[-3000:]
-        run = assert_every_query_once(s3_server, bucket, "no-worker", 3)
-        assert run["manifest"]["requeues"] == 0  # waiting jobs are not sent twice
-    finally:
-        broker.stop()
+    source = upload_input(s3_server, bucket, "in/none.jsonl.gz", documents=3)
+    env = fleet_env(broker.url, s3_server, fresh_simulator.url, PRISM_STALL_S="2")
+    log = tmp_path / "producer.log"
+    with log.open("w") as err:
+        producer = start_run(source, f"s3://{bucket}/prism", "no-worker", env, tmp_path, stderr=err)
+        deadline = time.monotonic() + 60
+        while "no worker answers" not in log.read_text():
+            assert producer.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert "3 jobs queued" in log.read_text()
+        start_worker(env)
+        assert producer.wait(timeout=120) == 0, log.read_text()[-3000:]
+    run = assert_every_query_once(s3_server, bucket, "no-worker", 3)
+    assert run["manifest"]["requeues"] == 0  # waiting jobs are not sent twice
