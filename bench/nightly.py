@@ -13,7 +13,9 @@ by `prism run` on real `celery worker` processes, Redis, SeaweedFS and the simul
 The simulator caches prefixes as the provider does (per machine, 128-token blocks past 1,024,
 routing by the first tokens and the key, spill-over, expiry; inside batches for the gpt-5
 family) and reports reasoning tokens (its default shares, derived from PRISM's ~15% completion
-tokens) in every run. The LLM reads the same chunk text in the first three; only the order in the
+tokens) in every run. Beside the provider's cache it keeps the ceiling's (one machine that never
+spills nor forgets): `ceiling_cached_share` and `ceiling_usd_ratio` are the most the flex run's
+requests could have had cached and what it would then have cost. The LLM reads the same chunk text in the first three; only the order in the
 prompt, the key and the tier differ. The response cache is off, so every request reaches the
 simulator. `prism estimate`'s figure for the flex and batch runs is set beside what they cost.
 
@@ -39,13 +41,13 @@ from prism.datasets import load_queries
 from prism.estimate import estimate
 from prism.llm import Endpoint, Gateway, RequestOptions, RetryPolicy
 from prism.metrics import evaluate
-from prism.models import RunConfig
+from prism.models import RunConfig, Usage
 from prism.pricing import PriceTable
 from prism.rankers import build_ranker
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare, rank_chunks
 from prism.testing.batches import BatchConfig
-from prism.testing.prompt_cache import CacheModel, PromptCache
+from prism.testing.prompt_cache import CacheModel
 from prism.testing.simulator import DEFAULT_EFFORT, REASONING_SHARES, Simulator, SimulatorConfig
 
 QUESTIONS = (
@@ -94,6 +96,7 @@ def summary(run: dict) -> dict:
         "wall_s": run["wall_s"],
         "status": run["manifest"]["status"],
         "stages": run["cost"]["by_stage"],
+        "models": run["cost"]["by_model"],
         # Segment calls that found nothing cached: one per filing segment would be ideal.
         "cold_segment_calls": sum(
             1
@@ -119,6 +122,15 @@ RUNS = (
     ("prefilter", LEVERS | {"PRISM_SERVICE_TIER": "flex", "PRISM_PREFILTER_SHARE": "0.3"}, ("--fresh",)),
 )
 VISIBLE_OUTPUT = 40  # a ranking reply of ten indices, reasoning apart
+
+
+def at_ceiling(run: dict, tier: str) -> Decimal:
+    """The run's USD had the provider cached all that the ceiling did (one machine that never
+    spills nor forgets): the least any schedule of these requests could pay."""
+    model = max(run["models"], key=lambda m: run["models"][m]["prompt_tokens"])
+    extra, prices = run["ceiling_cached"] - run["cached"], PriceTable.load()
+    full = prices.usd(model, Usage(prompt_tokens=extra), tier) or Decimal(0)
+    return run["usd"] - (full - (prices.usd(model, Usage(prompt_tokens=extra, cached_tokens=extra), tier) or full))
 
 
 def estimated_usd(lines: list[str], scratch: Path) -> dict[str, Decimal]:
@@ -205,9 +217,11 @@ def main() -> None:
                 fleet.stop_workers()
                 fleet.start_workers(args.workers, concurrency=2, **levers)
                 # Each run starts with the provider's cache empty, as on a night after the last.
-                sim.prompt_cache = PromptCache(config.cache)
+                sim.clear_caches()
+                before = sim.stats["ceiling_cached_tokens"]
                 runs[name] = summary(fleet.run(source, f"nightly-{name}", *args_, **levers))
                 runs[name]["spills"] = sim.prompt_cache.spills
+                runs[name]["ceiling_cached"] = sim.stats["ceiling_cached_tokens"] - before
             fleet.stop_workers()
     expected = len(lines)
     for name, s in runs.items():
@@ -222,6 +236,7 @@ def main() -> None:
             status=s["status"],
             pending=s["pending"],
             cold_segment_calls=s["cold_segment_calls"],
+            ceiling_cached_tokens=s["ceiling_cached"],
             spilled_requests=s["spills"],
             **{
                 f"{stage}_{what}": v[f"{what}_tokens"]
@@ -246,6 +261,10 @@ def main() -> None:
         input_usd_ratio=float(flex["input_usd"] / base["input_usd"]),
         cached_prompt_share=flex["cached"] / flex["prompt"],
         batch_usd_ratio=float(batch["usd"] / base["usd"]),
+        # The most the levers' requests could have had cached, and what the flex run would then
+        # have cost: how far the schedule is from its best, and where the layout itself stops.
+        ceiling_cached_share=flex["ceiling_cached"] / flex["prompt"],
+        ceiling_usd_ratio=float(at_ceiling(flex, "flex") / base["usd"]),
         estimate_error_flex=float(estimated["flex"] / flex["usd"] - 1),
         usd_prefilter=float(prefilter["usd"]),
         prefilter_usd_ratio=float(prefilter["usd"] / base["usd"]),

@@ -12,7 +12,6 @@ import pytest
 import redis
 
 from prism.datasets import load_queries as load
-from prism.testing.prompt_cache import PromptCache
 from prism.testing.simulator import Simulator, SimulatorConfig
 from workers.testing import S3_KEYS, SeaweedS3, WorkerProcess, fleet_env, prism_cli, s3_client  # noqa: F401 - for tests
 
@@ -67,7 +66,7 @@ def fresh_simulator(simulator):
     """The module's simulator, reset to the oracle mode with no noise and no faults."""
     simulator.config = SimulatorConfig(mode="oracle")
     simulator._script.clear()
-    simulator.prompt_cache = PromptCache(simulator.config.cache)  # a cold provider cache
+    simulator.clear_caches()
     return simulator
 
 

@@ -31,6 +31,11 @@ class CacheModel:
     idle_s: float = 300.0  # in-memory retention: 5-10 min idle at the provider
     long_s: float = 24 * 3600.0  # prompt_cache_retention="24h"
 
+    @classmethod
+    def ceiling(cls) -> CacheModel:
+        """One machine that never spills nor forgets: the most any schedule could have cached."""
+        return cls(machines=1, route_rpm=2**62, idle_s=float("inf"), long_s=float("inf"))
+
 
 class PromptCache:
     def __init__(self, model: CacheModel | None = None, clock: Callable[[], float] = time.monotonic):

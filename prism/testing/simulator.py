@@ -15,7 +15,9 @@ generate slowly (``tokens_per_s``), and drop the system prompt as some chat form
 Like the provider it caches prompt prefixes (``cache``: see prism.testing.prompt_cache) and
 reports them as ``prompt_tokens_details.cached_tokens``; it answers ``service_tier="flex"``
 requests and can refuse them with 429 "resource unavailable" (fault ``flex_unavailable``, served
-to flex requests only); and with ``reasoning_share`` it reports hidden reasoning as
+to flex requests only); beside the provider's cache it keeps the ceiling's
+(``CacheModel.ceiling``: the most any schedule of the same requests could have had cached,
+``stats["ceiling_cached_tokens"]``); and with ``reasoning_share`` it reports hidden reasoning as
 ``completion_tokens_details.reasoning_tokens`` (part of completion_tokens), a share of the prompt
 per reasoning effort.
 
@@ -100,7 +102,10 @@ class Simulator:
         self, config: SimulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0, clock=time.monotonic
     ):
         self.config = config or SimulatorConfig()
-        self.prompt_cache = PromptCache(self.config.cache, clock) if self.config.cache else None
+        self.clock = clock
+        self.prompt_cache: PromptCache | None = None
+        self.ceiling_cache: PromptCache | None = None
+        self.clear_caches()
         self.grades: dict[str, dict[str, int]] = {}  # question -> candidate fingerprint -> grade
         self.answers: dict[str, str] = {}  # question -> reference answer
         self.stats: Counter[str] = Counter()
@@ -116,6 +121,12 @@ class Simulator:
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
         self.batch = BatchApi(self.answer)  # /v1/files and /v1/batches
+
+    def clear_caches(self) -> None:
+        """Cold caches, as on a night after the provider's retention has passed."""
+        if self.config.cache:
+            self.prompt_cache = PromptCache(self.config.cache, self.clock)
+            self.ceiling_cache = PromptCache(CacheModel.ceiling(), self.clock)
 
     @property
     def url(self) -> str:
@@ -241,8 +252,8 @@ class Simulator:
         if not allowed:
             self._note(body, "429_limit")
             return 429, _error("simulated rate limit reached", "rate_limit_exceeded"), headers, 0.0
-        cached = 0
-        if self.prompt_cache is not None:
+        cached = ceiling = 0
+        if self.prompt_cache is not None and self.ceiling_cache is not None:
             # The messages' contents in order, as the provider tokenizes the whole prompt.
             tokens = self._tokens.encode(
                 "".join(m.get("content") or "" for m in messages if isinstance(m.get("content"), str))
@@ -251,9 +262,11 @@ class Simulator:
                 tokens, body.get("prompt_cache_key"), retention == "24h", ready_after_s=self.config.latency_s
             )
             cached = min(cached, prompt_tokens)
+            ceiling = min(self.ceiling_cache.serve(tokens)[0], prompt_tokens)
         with self._lock:
             self.stats["prompt_tokens"] += prompt_tokens
             self.stats["cached_tokens"] += cached
+            self.stats["ceiling_cached_tokens"] += ceiling
             self.stats["completion_tokens"] += completion_tokens
             self.stats["reasoning_tokens"] += reasoning
             self.served.append((time.monotonic(), prompt_tokens + completion_tokens))

@@ -73,6 +73,20 @@ def test_traffic_over_the_route_rate_spills_to_a_cold_machine():
     assert pc.serve(prompt, key="k") == (2048, machines[0])
 
 
+def test_the_ceiling_keeps_what_spill_over_keys_and_expiry_lose():
+    clock = Clock()
+    provider = PromptCache(CacheModel(machines=4, route_rpm=1, idle_s=300), clock)
+    ceiling = PromptCache(CacheModel.ceiling(), clock)
+    prompt = list(range(2048))
+    sent = [("a", 0.0), ("a", 1.0), ("b", 1.0), ("a", 10_000.0)]  # spill, another key, lapsed
+    got = []
+    for key, wait in sent:
+        clock.now += wait
+        got.append((provider.serve(prompt, key=key)[0], ceiling.serve(prompt, key=key)[0]))
+    assert got[1][0] == got[3][0] == 0  # the provider: spilled to a cold machine; lapsed
+    assert [c for _, c in got] == [0, 2048, 2048, 2048]
+
+
 def test_the_key_and_the_first_tokens_choose_the_machine():
     pc, _ = cache(machines=64)
     prompt = list(range(2048))
