@@ -26,9 +26,12 @@ def _filing() -> list[str]:
     return list(queries[0].candidates)
 
 
+@pytest.mark.parametrize("tier", ["standard", "flex"])
 def test_questions_over_one_filing_read_its_prefix_from_the_cache_and_pay_the_cached_rate(
-    tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker
+    tier, tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker
 ):
+    """Under flex, the provider refuses the first two requests: they are retried, counted as
+    throttled and never paid; the answers are paid at half the standard rates, cached or not."""
     pages = _filing()
     rows = [
         json.dumps({"id": f"q{i}", "task": "chunks", "question": q, "candidates": pages})
@@ -36,7 +39,18 @@ def test_questions_over_one_filing_read_its_prefix_from_the_cache_and_pay_the_ca
     ]
     client = s3_client(s3_server)
     client.put_object(Bucket=bucket, Key="in/night.jsonl.gz", Body=gzip.compress(("\n".join(rows) + "\n").encode()))
-    env = fleet_env(redis_url, s3_server, fresh_simulator.url, PRISM_CHUNK_RANKER="llm", PRISM_CACHE="false")
+    env = fleet_env(
+        redis_url,
+        s3_server,
+        fresh_simulator.url,
+        PRISM_CHUNK_RANKER="llm",
+        PRISM_CACHE="false",
+        PRISM_SERVICE_TIER=tier,
+        PRISM_LLM_BACKOFF_CAP_S="0.5",
+    )
+    refused = 2 if tier == "flex" else 0
+    fresh_simulator.script(*["flex_unavailable"] * refused)
+    before = fresh_simulator.stats.copy()
     start_worker(env)
     start_worker(env)  # two processes, two slots each: the three questions would all go at once
     done = prism_cli(
@@ -49,20 +63,27 @@ def test_questions_over_one_filing_read_its_prefix_from_the_cache_and_pay_the_ca
     assert run["manifest"]["config"]["prompt_layout"] == "question_last"
     calls = [c for r in run["results"] for c in r["calls"]]
     assert len(calls) == 3 and all(c["error"] is None for c in calls), (run["manifest"]["counts"], run["failures"])
+    assert all(c["tier"] == tier for c in calls)
+    assert sum(c["throttled"] for c in calls) == refused == sum(c["attempts"] - 1 for c in calls)
+    served = fresh_simulator.stats - before
+    assert served["flex_unavailable"] == refused and served["ok"] == 3
     cached = sorted(c["usage"]["cached_tokens"] for c in calls)
     # The first request warmed the cache before the others went; they read all but the tail.
     assert cached[0] == 0 and all(0 < n and n % 128 == 0 for n in cached[1:])
+    factor = Decimal("0.5") if tier == "flex" else Decimal(1)
     for c in calls:
         u = c["usage"]
-        expected = ((u["prompt_tokens"] - u["cached_tokens"]) * INPUT + u["cached_tokens"] * CACHED) / 10**6
+        expected = ((u["prompt_tokens"] - u["cached_tokens"]) * INPUT + u["cached_tokens"] * CACHED) / 10**6 * factor
+        completion = u["completion_tokens"] * OUTPUT / 10**6 * factor
         assert Decimal(c["input_usd"]) == expected
-        assert Decimal(c["usd"]) == expected + u["completion_tokens"] * OUTPUT / 10**6
-        assert Decimal(c["cache_saved_usd"]) == u["cached_tokens"] * (INPUT - CACHED) / 10**6
-    total = run["cost"]["total"]
+        assert Decimal(c["usd"]) == expected + completion
+        assert Decimal(c["cache_saved_usd"]) == u["cached_tokens"] * (INPUT - CACHED) / 10**6 * factor
+        assert Decimal(c["tier_saved_usd"]) == (u["prompt_tokens"] * INPUT / 10**6 + completion / factor) * (1 - factor)
+    total, levers = run["cost"]["total"], run["cost"]["savings_by_lever"]
     assert total["cached_tokens"] == sum(cached) and Decimal(total["usd"]) == sum(Decimal(c["usd"]) for c in calls)
-    assert Decimal(run["cost"]["savings_by_lever"]["provider_cache_usd"]) == sum(
-        Decimal(c["cache_saved_usd"]) for c in calls
-    )
+    assert total["throttled"] == refused
+    assert Decimal(levers["provider_cache_usd"]) == sum(Decimal(c["cache_saved_usd"]) for c in calls)
+    assert Decimal(levers["service_tier_usd"]) == sum(Decimal(c["tier_saved_usd"]) for c in calls)
 
 
 MESSAGES = [
