@@ -128,7 +128,9 @@ def test_provider_faults_end_in_complete_runs(
         redis_url,
         s3_server,
         fresh_simulator.url,
-        PRISM_LLM_MAX_ATTEMPTS="12",
+        # at a 50% 429 rate a call is refused 12 times in a row once in 4,096, about one run in
+        # 25 over ~150 calls; 20 attempts make that one run in ~7,000 (Retry-After is 0.1 s)
+        PRISM_LLM_MAX_ATTEMPTS="20",
         PRISM_LLM_TIMEOUT_S="1",
         # two timeouts in a row fail a call by design; at a 5% rate over ~100 calls that happens
         # in one run in four, so this run allows more re-sends to check the 5xx path alone
