@@ -6,7 +6,8 @@ its lines are answered one by one over ``process_s`` by the simulator's own chat
 (``Simulator.answer``), so a batch line ranks and counts tokens exactly as a chat request
 does; prompt caching is reported for the gpt-5 family only. Lines fail at ``fail_rate``
 (error file, ``server_error``) and run out of the window at ``expire_rate`` (the batch ends
-``expired``, those lines ``batch_expired``); ``fail_batches`` makes the next batches fail every
+``expired``, those lines ``batch_expired``), or, before any draw, as ``line_faults`` scripts the
+next lines answered (one code each, in order); ``fail_batches`` makes the next batches fail every
 line (``completed`` with no output file). A cancelled batch keeps the lines answered so far.
 Statuses move with time: validating, in_progress, finalizing, completed (or failed, expired,
 cancelling, cancelled); output lines come in any order.
@@ -39,6 +40,7 @@ class BatchConfig:
     cancel_s: float = 0.2  # cancelling -> cancelled
     fail_rate: float = 0.0
     expire_rate: float = 0.0
+    line_faults: list[str] = field(default_factory=list)  # the next lines' codes, in order
     fail_batches: int = 0  # the next this many batches fail every line
     max_lines: int = 50_000
     max_bytes: int = 200 * 1024 * 1024
@@ -225,10 +227,11 @@ class BatchApi:
     def _answer(self, batch: _Batch, line: dict) -> None:
         custom_id, body = line["custom_id"], line.get("body") or {}
         rng = random.Random(f"{self.config.seed}:{batch.id}:{custom_id}")
-        if batch.fail_all or rng.random() < self.config.fail_rate:
+        scripted = self.config.line_faults.pop(0) if self.config.line_faults else None
+        if batch.fail_all or scripted == "server_error" or (not scripted and rng.random() < self.config.fail_rate):
             batch.failed[custom_id] = _error_line(custom_id, "server_error", "simulated failure of a batch line")
             return
-        if rng.random() < self.config.expire_rate:
+        if scripted == "batch_expired" or (not scripted and rng.random() < self.config.expire_rate):
             message = "This request could not be executed before the completion window expired."
             batch.failed[custom_id] = _error_line(custom_id, "batch_expired", message)
             return
