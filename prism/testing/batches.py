@@ -30,6 +30,10 @@ Answer = Callable[[dict], tuple[int, dict, dict[str, str], float]]
 
 CACHING_MODELS = re.compile(r"^gpt-5")  # caching applies inside batches for the gpt-5 family only
 TERMINAL = ("failed", "completed", "expired", "cancelled")
+LINE_FAULTS = {  # error code -> message, as the error file gives them
+    "server_error": "simulated failure of a batch line",
+    "batch_expired": "This request could not be executed before the completion window expired.",
+}
 
 
 @dataclass
@@ -40,7 +44,7 @@ class BatchConfig:
     cancel_s: float = 0.2  # cancelling -> cancelled
     fail_rate: float = 0.0
     expire_rate: float = 0.0
-    line_faults: list[str] = field(default_factory=list)  # the next lines' codes, in order
+    line_faults: list[str] = field(default_factory=list)  # the next lines' codes (LINE_FAULTS), in order
     fail_batches: int = 0  # the next this many batches fail every line
     max_lines: int = 50_000
     max_bytes: int = 200 * 1024 * 1024
@@ -224,16 +228,25 @@ class BatchApi:
         if batch.status == "finalizing" and age >= cfg.validate_s + cfg.process_s + cfg.finalize_s:
             self._finish(batch, "expired" if any(_expired(e) for e in batch.failed.values()) else "completed")
 
+    def _line_fault(self, batch: _Batch, custom_id: str) -> str | None:
+        """The error code this line gets, if any: its batch failing whole, then the script,
+        then the rates."""
+        if batch.fail_all:
+            return "server_error"
+        if self.config.line_faults:
+            return self.config.line_faults.pop(0)
+        rng = random.Random(f"{self.config.seed}:{batch.id}:{custom_id}")
+        if rng.random() < self.config.fail_rate:
+            return "server_error"
+        if rng.random() < self.config.expire_rate:
+            return "batch_expired"
+        return None
+
     def _answer(self, batch: _Batch, line: dict) -> None:
         custom_id, body = line["custom_id"], line.get("body") or {}
-        rng = random.Random(f"{self.config.seed}:{batch.id}:{custom_id}")
-        scripted = self.config.line_faults.pop(0) if self.config.line_faults else None
-        if batch.fail_all or scripted == "server_error" or (not scripted and rng.random() < self.config.fail_rate):
-            batch.failed[custom_id] = _error_line(custom_id, "server_error", "simulated failure of a batch line")
-            return
-        if scripted == "batch_expired" or (not scripted and rng.random() < self.config.expire_rate):
-            message = "This request could not be executed before the completion window expired."
-            batch.failed[custom_id] = _error_line(custom_id, "batch_expired", message)
+        code = self._line_fault(batch, custom_id)
+        if code:
+            batch.failed[custom_id] = _error_line(custom_id, code, LINE_FAULTS[code])
             return
         status, payload, _, _ = self.answer(body)
         usage = payload.get("usage") if status == 200 else None
