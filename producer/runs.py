@@ -313,27 +313,32 @@ class Runs:
                 time.sleep(0.25 if s.embedded else 0.5)
 
     def _fleet(self) -> FleetView:
-        """What the broker and the workers say. Embedded: the in-process worker's own state (a
-        chord's polling of its header does not count as work). Fleet: the queue's length and the
-        workers' replies; the broker down counts as busy, since nothing can be told."""
-        if self.settings.embedded:
-            from celery.worker import state as worker_state
-
-            busy = [*worker_state.active_requests, *worker_state.reserved_requests]
-            return FleetView(queued=0, answering=1, working=any(r.name != "celery.chord_unlock" for r in busy))
+        """What the broker and the workers say: the queue's length (the embedded broker's too),
+        and the workers' state (embedded: the in-process worker's own; a fleet: the workers'
+        replies). The broker down counts as busy, since nothing can be told."""
         try:
-            with self.app.connection_for_read() as conn:
-                try:
-                    queue = conn.default_channel.queue_declare(queue=self.app.conf.task_default_queue, passive=True)
-                    queued = queue.message_count
-                except ChannelError:  # no such queue: a restarted broker that lost it, so nothing waits
-                    queued = 0
+            queued = self._queued()
+            if self.settings.embedded:
+                from celery.worker import state as worker_state
+
+                busy = [*worker_state.active_requests, *worker_state.reserved_requests]
+                return FleetView(queued, answering=1, working=bool(busy))
             inspect = self.app.control.inspect(timeout=1.0)
             replies = (inspect.active() or {}, inspect.reserved() or {}, inspect.scheduled() or {})
             answering = len(set().union(*replies))
             return FleetView(queued, answering, working=any(any(r.values()) for r in replies))
         except Exception:  # noqa: BLE001
             return FleetView(queued=0, answering=0, working=True)
+
+    def _queued(self) -> int:
+        """Messages waiting on the broker, at every priority."""
+        with self.app.connection_for_read() as conn:
+            try:
+                return conn.default_channel.queue_declare(
+                    queue=self.app.conf.task_default_queue, passive=True
+                ).message_count
+            except ChannelError:  # no such queue: a restarted broker that lost it, so nothing waits
+                return 0
 
     def _record_lost(self, state: RunState, requeues: int) -> None:
         """Give every enqueued job still without an outcome a failure that says why."""

@@ -10,7 +10,7 @@ from celery import chord, shared_task
 from prism.models import CallRecord, Ranking, SegmentOutcome
 from prism.strategies import chunks
 from tasks.base import JobTask
-from workers.messages import AggregateJob, ChunkJob, DocumentJob, SegmentJob
+from workers.messages import AggregateJob, ChunkJob, DocumentJob, Priority, SegmentJob
 
 log = structlog.get_logger("prism")
 
@@ -124,13 +124,17 @@ def enqueue_level(
     carried: list[CallRecord] | None = None,
 ) -> None:
     """One chord per level: every segment in parallel, then the aggregation."""
+    priority = Priority.FIRST_ROUND if level == 0 else Priority.FOLLOW_UP
     header = [
-        rank_segment.s(SegmentJob(job=job, level=level, number=i, indices=seg, k=plan.k).model_dump(mode="json"))
+        rank_segment.s(SegmentJob(job=job, level=level, number=i, indices=seg, k=plan.k).model_dump(mode="json")).set(
+            priority=priority
+        )
         for i, seg in enumerate(plan.segments)
     ]
     callback = AggregateJob(job=job, level=level, earlier=list(earlier or []), carried=list(carried or []))
-    chord(header, aggregate_segments.s(callback.model_dump(mode="json"))).apply_async()
+    body = aggregate_segments.s(callback.model_dump(mode="json")).set(priority=Priority.FOLLOW_UP)
+    chord(header, body).apply_async()
 
 
 def enqueue_documents(job: DocumentJob) -> None:
-    rank_documents.delay(job.model_dump(mode="json"))
+    rank_documents.apply_async((job.model_dump(mode="json"),), priority=Priority.FIRST_ROUND)

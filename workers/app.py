@@ -8,6 +8,8 @@ from celery import Celery
 from celery.signals import celeryd_init, worker_process_init
 
 from workers import logs
+from workers.embedded import BROKER_URL
+from workers.messages import Priority
 from workers.settings import Settings, SettingsProblem, load_settings
 
 
@@ -17,7 +19,7 @@ def make_app(settings: Settings | None = None) -> Celery:
             settings = load_settings()
         except SettingsProblem as err:  # a worker that cannot start says why in one line
             raise SystemExit(f"prism worker: {err}") from None
-    broker = settings.broker_url or "memory://"
+    broker = settings.broker_url or BROKER_URL
     backend = settings.result_backend or settings.broker_url or "cache+memory://"
     app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking", "tasks.ingest"])
     app.conf.update(
@@ -26,11 +28,9 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={
-            "visibility_timeout": settings.visibility_timeout_s,
-            # The in-memory broker is polled; its 1 s default would dominate small embedded runs.
-            **({"polling_interval": 0.05} if settings.embedded else {}),
-        },
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        # New work waits behind a started question's next steps (workers.messages.Priority).
+        task_default_priority=Priority.NEW_WORK,
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         task_time_limit=settings.task_time_limit_s,
         task_soft_time_limit=settings.task_time_limit_s - 60,

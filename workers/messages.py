@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from enum import IntEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from prism.ingest import Chunking
 from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
+
+
+class Priority(IntEnum):
+    """Lower goes first (the Redis transport's order; the embedded broker keeps it): a question's
+    aggregation and next level run ahead of other questions' first-round segments, and those
+    ahead of new planning and ingest, so results stream from the first minute instead of after
+    the whole first round. The values are the Redis transport's priority steps."""
+
+    FOLLOW_UP = 0
+    FIRST_ROUND = 3
+    NEW_WORK = 6
 
 
 class Job(BaseModel):
