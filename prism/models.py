@@ -172,6 +172,14 @@ class RunConfig(BaseModel):
         """A pre-filter is on: the kept chunks depend on the question."""
         return bool(self.prefilter_keep or self.prefilter_share)
 
+    @property
+    def segment_budget(self) -> int | None:
+        """The tokens of one segment: the LLM's budget; None (the whole filing in one segment)
+        for a $0 ranker, which has no context to fill and whose statistics (BM25's, LSA's, the
+        standardised signals) are meant to be the whole filing's (evidence NDCG@5 0.571 cut
+        into 32K-token segments, 0.609 whole, on bench/corpus.py)."""
+        return self.segment_tokens if self.uses_llm("chunks") else None
+
     def fingerprint(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 

@@ -233,14 +233,16 @@ def _plan_query(
         if digest not in shared:
             data = chunks.prepare("", q.candidates, counter, budget)
             put_model(store, key, data)  # stored before the jobs that read it are enqueued
-            shared[digest] = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)
+            shared[digest] = chunks.first_level(
+                data, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget
+            )
         level = shared[digest]
         job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
         enqueue_level(job, 0, level)
         plan.segments += len(level.segments)
         return "enqueued"
     key, data = prefiltered_input(spec, store, q.id, jid, q.question, q.candidates, counter, gateway)
-    level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)
+    level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget)
     enqueue_level(ChunkJob(input_key=key, n_candidates=len(q.candidates), **common), 0, level)
     plan.segments += len(level.segments)
     return "enqueued"

@@ -320,7 +320,6 @@ def _plan_pair(
         budget_usd=spec.budget_usd,
         via=spec.via,
     )
-    budget = spec.config.segment_tokens
     if spec.config.prefilters:  # the kept chunks depend on the question: an input per pair
         texts = [c.text for c in filing.chunks]
         counts = corpus.counts(filing, counter)  # the ingest's, not counted again
@@ -331,7 +330,7 @@ def _plan_pair(
         job = ChunkJob(
             input_key=key, n_candidates=len(filing.chunks), corpus=corpus.store.uri, question=q.question, **common
         )
-    level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, budget)
+    level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget)
     enqueue_level(job, 0, level)
     plan.segments += len(level.segments)
     return "enqueued"

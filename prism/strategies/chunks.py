@@ -84,8 +84,10 @@ class Level:
     k: int
 
 
-def first_level(data: ChunkInput, top_n: int, k: int, budget: int) -> Level:
-    segments = plan_segments(range(len(data.chunks)), data.costs, budget)
+def first_level(data: ChunkInput, top_n: int, k: int, budget: int | None) -> Level:
+    """The first segments: as many as the budget needs; one with no budget (a $0 ranker)."""
+    everything = range(len(data.chunks))
+    segments = [list(everything)] if budget is None else plan_segments(everything, data.costs, budget)
     return Level(segments, top_n if len(segments) == 1 else k)  # one segment: its ranking is final
 
 

@@ -147,3 +147,16 @@ def test_a_pre_filter_by_share_keeps_chunks_and_their_counts_in_filing_order():
     assert data.costs == [counter.count(chunks[i]) + MARKER_TOKENS for i in data.origin]
     given = prepare("widget revenue", chunks, counter, 1000, share=0.3, counts=[7] * 5)
     assert given.costs == [7 + MARKER_TOKENS] * len(given.origin)
+
+
+def test_a_free_ranker_reads_the_whole_filing_in_one_segment_and_an_llm_by_its_budget():
+    from prism.models import RunConfig
+    from prism.strategies.chunks import first_level
+
+    data = chunk_input([1] * 50, cost=1000)  # 50,000 tokens
+    free, llm = RunConfig(chunk_ranker="financial"), RunConfig(chunk_ranker="llm", segment_tokens=10_000)
+    assert free.segment_budget is None and llm.segment_budget == 10_000
+    whole = first_level(data, top_n=5, k=10, budget=free.segment_budget)
+    assert whole.segments == [list(range(50))] and whole.k == 5
+    cut = first_level(data, top_n=5, k=10, budget=llm.segment_budget)
+    assert len(cut.segments) >= 5 and cut.k == 10
