@@ -19,13 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from prism.metrics import ndcg_at
 from prism.models import FILING_TYPES, Query, Ranking
+
+if TYPE_CHECKING:  # scikit-learn takes ~1 s to import: only the code that fits or loads a prior pays it
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
 ARRAYS, META = "prior.npz", "prior.json"
 FEATURES = {
@@ -40,6 +42,8 @@ class PriorModelError(ValueError):
 
 
 def _vectorizer(name: str) -> TfidfVectorizer:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     params: dict[str, Any] = dict(FEATURES[name])
     params["ngram_range"] = tuple(params["ngram_range"])
     return TfidfVectorizer(**params)
