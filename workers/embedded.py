@@ -60,7 +60,8 @@ class Transport(memory.Transport):
     polling_interval = DRAIN_S
     driver_type = driver_name = "embedded"
 
-    def drain_events(self, connection, timeout: float | None = None) -> None:
+    def drain_events(self, connection, **kwargs) -> None:
+        timeout = kwargs.get("timeout")
         return super().drain_events(connection, timeout=DRAIN_S if timeout is None else min(timeout, DRAIN_S))
 
 
