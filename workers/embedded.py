@@ -60,8 +60,7 @@ class Transport(memory.Transport):
     polling_interval = DRAIN_S
     driver_type = driver_name = "embedded"
 
-    def drain_events(self, connection, **kwargs) -> None:
-        timeout = kwargs.get("timeout")
+    def drain_events(self, connection, timeout=None):
         return super().drain_events(connection, timeout=DRAIN_S if timeout is None else min(timeout, DRAIN_S))
 
 
