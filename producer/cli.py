@@ -270,8 +270,9 @@ def ingest(
     ] = 512,
 ) -> None:
     """Ingest filings (PDF, HTML, text, or benchmark rows) into a corpus, once per version: an
-    unchanged filing is a no-op, a changed one a new version. One fleet task per file (in this
-    process when no broker is configured). A filing that cannot be read is a stored failure; the
+    unchanged filing is a no-op, a changed one a new version; a file whose size, time and
+    metadata are as last ingested is not read again. One fleet task per file (in this process
+    when no broker is configured). A filing that cannot be read is a stored failure; the
     rest go on. Exits 1 when no filing could be ingested."""
     from pathlib import Path
 
@@ -299,7 +300,7 @@ def ingest(
         )
     console.print(
         f"{summary.sources} sources: {summary.ingested} filings ingested, {summary.new_versions} new versions, "
-        f"{summary.unchanged} unchanged, {summary.failed} failed; {summary.pages} pages ({summary.empty_pages} "
+        f"{summary.unchanged} unchanged ({summary.skipped} files not read again), {summary.failed} failed; {summary.pages} pages ({summary.empty_pages} "
         f"empty), {summary.chunks} chunks, {summary.tokens} tokens in {summary.seconds:.1f} s: {corpus}"
     )
     for failure in summary.failures[:10]:

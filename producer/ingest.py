@@ -47,6 +47,7 @@ def ingest(
                 chunking=chunking,
                 meta=meta,
                 segment_tokens=settings.segment_tokens,
+                fingerprint=item.fingerprint,
             )
             for item in items
         ]
@@ -76,7 +77,10 @@ def _run(
         moved = time.monotonic()
         if isinstance(value, BaseException):  # the task base stores every failure; this is the broker's
             failure = f"{source_of[task_id]}: {type(value).__name__}: {value}"
-            summaries.append(IngestSummary(sources=1, failed=1, failures=[failure]))
+            reason = f"{type(value).__name__}: {value}"
+            summaries.append(
+                IngestSummary(sources=1, failed=1, failures=[failure], failed_sources={source_of[task_id]: reason})
+            )
         else:
             summaries.append(IngestSummary.model_validate(value))
         on_progress(len(summaries), len(jobs))

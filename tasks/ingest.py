@@ -58,5 +58,7 @@ def ingest_filing(self: IngestTask, message: dict) -> dict:
         with open_input(job.meta, rt.settings) as stream:
             index, _ = parse_meta_jsonl(stream.read(), job.meta)  # its errors were stored by the producer
     counter = rt.counter(job.chunking.encoding)
-    summary = ingest_file(corpus, job.name, job.uri, data, job.record, job.chunking, counter, index, job.segment_tokens)
+    summary = ingest_file(
+        corpus, job.name, job.uri, data, job.record, job.chunking, counter, index, job.segment_tokens, job.fingerprint
+    )
     return summary.model_dump(mode="json")

@@ -3,7 +3,8 @@
 corpus/filings/<filing>/<version>.json.gz   a Filing (gzip JSON), written once
 corpus/filings/<filing>/head.json           its versions, oldest first, and the latest (a FilingEntry)
 corpus/failures/<source>.json               a source that gave no filing, and why (an IngestFailure)
-corpus/manifest.json                        every filing's versions and every failure (a CorpusManifest)
+corpus/manifest.json                        every filing's versions, every failure, every source file's
+                                            fingerprint (a CorpusManifest), updated by each ingest
 
 <filing> and <source> are safe_name()s (workers/store.py): a readable part and a hash of the whole.
 """
@@ -11,9 +12,11 @@ corpus/manifest.json                        every filing's versions and every fa
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, cast
@@ -27,6 +30,7 @@ from prism.ingest import (
     FilingEntry,
     IngestError,
     IngestFailure,
+    SourceEntry,
     VersionEntry,
     filings_from_rows,
     parse_filing,
@@ -38,7 +42,7 @@ from prism.ingest import (
 from prism.ingest.filings import FOLDER_META, filing_id_of, filing_identity
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
-from workers.store import Store, get_model, put_model, safe_name
+from workers.store import Store, file_stamp, get_model, put_model, safe_name
 
 PREFIX = "corpus"
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
@@ -126,19 +130,27 @@ class Corpus:
         if self.store.exists(self.failure_key(source)):
             self.store.delete(self.failure_key(source))
 
-    def write_manifest(self) -> CorpusManifest:
-        """The manifest, from every filing's head and every failure (one writer: the producer,
-        after the ingest tasks are done)."""
-        manifest = CorpusManifest(written_at=_utcnow())
-        for key in self.store.keys(f"{PREFIX}/filings/"):
-            if key.endswith("/head.json"):
-                entry = get_model(self.store, key, FilingEntry)
-                manifest.filings[entry.id] = entry
-        for key in self.store.keys(f"{PREFIX}/failures/"):
-            failure = get_model(self.store, key, IngestFailure)
-            manifest.failures[failure.source] = failure
+    def update_manifest(self, manifest: CorpusManifest, summary: IngestSummary) -> CorpusManifest:
+        """The manifest with what one ingest changed: the heads of the filings it stored, its
+        failures, and its sources' fingerprints (one writer: the producer, after the ingest
+        tasks are done). Nothing is listed: the cost follows the change, not the corpus."""
+        at = _utcnow()
+        for source, reason in summary.failed_sources.items():
+            manifest.failures[source] = IngestFailure(source=source, reason=reason, at=at)
+            manifest.sources.pop(source, None)
+        for source, entry in summary.done_sources.items():
+            manifest.failures.pop(source, None)
+            manifest.sources[source] = entry
+        for fid, version in summary.filings.items():
+            known = manifest.filings.get(fid)
+            if known is None or known.latest != version:
+                head = self.head(fid)
+                if head is not None:
+                    manifest.filings[fid] = head
         manifest.filings = dict(sorted(manifest.filings.items()))
         manifest.failures = dict(sorted(manifest.failures.items()))
+        manifest.sources = dict(sorted(manifest.sources.items()))
+        manifest.written_at = at
         put_model(self.store, self.manifest_key, manifest)
         return manifest
 
@@ -220,9 +232,12 @@ class IngestSummary(BaseModel):
     chunks: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    skipped: int = 0  # sources whose fingerprint had not changed: not read, no task sent
     filings: dict[str, str] = {}  # filing id -> its latest version
     questions: dict[str, str] = {}  # query id of a benchmark row -> the filing it ranks over
     failures: list[str] = []  # "source: reason"
+    failed_sources: dict[str, str] = {}  # source -> why it gave no filing
+    done_sources: dict[str, SourceEntry] = {}  # source -> its fingerprint and the filings it gave
 
     def count(self, outcome: Outcome, entry: VersionEntry | None) -> None:
         if outcome == "ingested":
@@ -239,13 +254,15 @@ class IngestSummary(BaseModel):
 
     def merge(self, other: IngestSummary) -> None:
         """Add one file's summary (an ingest task's) to the whole source's."""
-        for name in ("sources", "ingested", "unchanged", "new_versions", "failed", "pages", "empty_pages"):
+        for name in ("sources", "ingested", "unchanged", "new_versions", "failed", "pages", "empty_pages", "skipped"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.chunks += other.chunks
         self.tokens += other.tokens
         self.filings.update(other.filings)
         self.questions.update(other.questions)
         self.failures.extend(other.failures)
+        self.failed_sources.update(other.failed_sources)
+        self.done_sources.update(other.done_sources)
 
 
 @dataclass(frozen=True)
@@ -256,6 +273,8 @@ class Source:
     uri: str
     read: Any  # () -> bytes
     record: dict[str, Any]
+    stamp: Any  # () -> str: its size and modification time or ETag, without reading it
+    fingerprint: str = ""  # the stamp with its record, the chunking and the metadata file
 
 
 @dataclass(frozen=True)
@@ -303,10 +322,12 @@ def ingest_file(
     counter: TokenCounter,
     index: dict[str, dict[str, Any]] | None = None,
     segment_tokens: int | None = None,
+    fingerprint: str = "",
 ) -> IngestSummary:
     """One source file (the unit of an ingest task): a filing, or the filings inside a rows file.
     With ``segment_tokens``, each filing's chunk input for that budget is stored too, so runs
-    over the corpus find it made."""
+    over the corpus find it made. A source that gave its filings without an error is recorded
+    with its ``fingerprint``, so the next ingest of the same file sends no task."""
     summary = IngestSummary(sources=1)
     parsed: list[Filing] = []  # their inputs are made from them, not from the stored copies
     if source_kind(name) == "rows":
@@ -316,6 +337,7 @@ def ingest_file(
         if result.filing_id is None:
             summary.failed += 1
             summary.failures.append(f"{uri}: {result.reason}")
+            summary.failed_sources[uri] = result.reason or ""
         else:
             _count(corpus, summary, result.outcome, result.filing_id)
             parsed = [result.filing] if result.filing is not None else []
@@ -324,6 +346,8 @@ def ingest_file(
         for fid, version in summary.filings.items():
             filing = fresh.get((fid, version)) or corpus.get_filing(fid, version)
             corpus.put_input(filing, segment_tokens, counter)
+    if fingerprint and summary.filings and not summary.failed:
+        summary.done_sources[uri] = SourceEntry(fingerprint=fingerprint, filings=dict(summary.filings))
     return summary
 
 
@@ -355,6 +379,8 @@ def ingest_source(
         index, errors = parse_meta_jsonl(Path(meta).read_bytes(), str(meta))
         for err in errors:
             _fail(corpus, summary, err)
+    manifest = corpus.manifest()
+    settled = _digest([chunking.model_dump(), hashlib.sha256(Path(meta).read_bytes()).hexdigest() if meta else None])
     items: list[Source] = []
     taken: dict[str, str] = {}
     for item in _sources(source, index, corpus, summary):
@@ -364,7 +390,10 @@ def ingest_source(
                 reason = f"filing id '{fid}' is taken by {taken[fid]}; give an id in its metadata"
                 summary.merge(failed_source(corpus, item.uri, reason))
                 continue
-        items.append(item)
+        fingerprint = _fingerprint(item, settled)
+        if fingerprint and _unchanged(manifest, item.uri, fingerprint, summary):
+            continue
+        items.append(replace(item, fingerprint=fingerprint))
     if dispatch is None:
         for item in items:
             try:
@@ -372,19 +401,64 @@ def ingest_source(
             except (OSError, KeyError) as err:
                 summary.merge(failed_source(corpus, item.uri, f"cannot be read ({err})"))
                 continue
-            summary.merge(ingest_file(corpus, item.name, item.uri, data, item.record, chunking, counter, index))
+            summary.merge(
+                ingest_file(
+                    corpus,
+                    item.name,
+                    item.uri,
+                    data,
+                    item.record,
+                    chunking,
+                    counter,
+                    index,
+                    fingerprint=item.fingerprint,
+                )
+            )
     else:
         for part in dispatch(items):
             summary.merge(part)
-    corpus.write_manifest()
+    corpus.update_manifest(manifest, summary)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _fingerprint(item: Source, settled: str) -> str:
+    """What says a source is as it was last ingested, read without reading the file: its stamp,
+    its metadata record, the chunking and the metadata file; "" when it cannot be had."""
+    try:
+        stamp = item.stamp()
+    except Exception:  # noqa: BLE001 - a missing or refused source is read, and fails, as usual
+        return ""
+    return _digest([stamp, item.record, settled])
+
+
+def _unchanged(manifest: CorpusManifest, uri: str, fingerprint: str, summary: IngestSummary) -> bool:
+    """Count a source whose fingerprint and filings are as the manifest holds them; no task is
+    sent for it. Its filings' versions were confirmed by their content digest when it was last
+    ingested; a touched file (new fingerprint) is read and confirmed again."""
+    entry = manifest.sources.get(uri)
+    if entry is None or entry.fingerprint != fingerprint:
+        return False
+    heads = [manifest.filings.get(fid) for fid in entry.filings]
+    if any(h is None or h.latest != entry.filings[h.id] for h in heads):
+        return False
+    summary.sources += 1
+    summary.skipped += 1
+    for head in heads:
+        assert head is not None
+        summary.count("unchanged", next(v for v in head.versions if v.version == head.latest))
+        summary.filings[head.id] = head.latest
+    return True
 
 
 def failed_source(corpus: Corpus, uri: str, reason: str) -> IngestSummary:
     """A source that gave no filing: its failure stored, and a summary that counts it."""
     corpus.put_failure(uri, reason)
-    return IngestSummary(sources=1, failed=1, failures=[f"{uri}: {reason}"])
+    return IngestSummary(sources=1, failed=1, failures=[f"{uri}: {reason}"], failed_sources={uri: reason})
 
 
 def _count(corpus: Corpus, summary: IngestSummary, outcome: Outcome, filing_id: str) -> None:
@@ -398,6 +472,7 @@ def _fail(corpus: Corpus, summary: IngestSummary, err: IngestError) -> None:
     corpus.put_failure(err.source, err.reason)
     summary.failed += 1
     summary.failures.append(str(err))
+    summary.failed_sources[err.source] = err.reason
 
 
 def _ingest_rows(
@@ -446,6 +521,9 @@ def _sources(
         def reader(name: str):
             return files[name].read_bytes
 
+        def stamper(name: str):
+            return lambda: file_stamp(files[name])
+
         def uri_of(name: str) -> str:
             return name
     else:
@@ -454,6 +532,9 @@ def _sources(
 
         def reader(name: str):
             return lambda: store.get(name)
+
+        def stamper(name: str):
+            return lambda: store.stamp(name)
 
         def uri_of(name: str) -> str:
             return f"{store.uri.rstrip('/')}/{name}"
@@ -484,4 +565,4 @@ def _sources(
             summary.sources += 1
             _fail(corpus, summary, IngestError(uri_of(name), str(err)))
             continue
-        yield Source(name=name, uri=uri_of(name), read=reader(name), record=dict(record or {}))
+        yield Source(name=name, uri=uri_of(name), read=reader(name), record=dict(record or {}), stamp=stamper(name))

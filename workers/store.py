@@ -53,6 +53,9 @@ class Store(Protocol):
 
     def keys(self, prefix: str) -> Iterator[str]: ...
 
+    def stamp(self, key: str) -> str:  # size and modification time or ETag: changes when the object does
+        ...
+
 
 def put_model(store: Store, key: str, model: BaseModel, if_absent: bool = False) -> bool:
     return store.put(key, model.model_dump_json(indent=1).encode(), if_absent)
@@ -60,6 +63,12 @@ def put_model(store: Store, key: str, model: BaseModel, if_absent: bool = False)
 
 def get_model(store: Store, key: str, cls: type[M]) -> M:
     return cls.model_validate_json(store.get(key))
+
+
+def file_stamp(path: Path) -> str:
+    """A file's size and modification time: a change of content changes it (or a touch)."""
+    st = path.stat()
+    return f"{st.st_size}-{st.st_mtime_ns}"
 
 
 class LocalStore:
@@ -97,6 +106,9 @@ class LocalStore:
 
     def exists(self, key: str) -> bool:
         return (self.root / key).is_file()
+
+    def stamp(self, key: str) -> str:
+        return file_stamp(self.root / key)
 
     def keys(self, prefix: str) -> Iterator[str]:
         base = self.root / prefix
@@ -145,6 +157,10 @@ class S3Store:
             if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
                 return False
             raise
+
+    def stamp(self, key: str) -> str:
+        head = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        return f"{head['ContentLength']}-{head['ETag'].strip(chr(34))}"
 
     def keys(self, prefix: str) -> Iterator[str]:
         strip = len(self.prefix) + 1 if self.prefix else 0

@@ -16,6 +16,7 @@ from prism.ingest.models import (
     FilingEntry,
     FilingMeta,
     IngestFailure,
+    SourceEntry,
     VersionEntry,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "FilingMeta",
     "IngestError",
     "IngestFailure",
+    "SourceEntry",
     "RowFilings",
     "VersionEntry",
     "filings_from_rows",

@@ -119,7 +119,16 @@ class FilingEntry(BaseModel):
     versions: list[VersionEntry]
 
 
+class SourceEntry(BaseModel):
+    """A source file as last ingested: its fingerprint (size and modification time or ETag, its
+    metadata record, the chunking) and the filings it gave, so an unchanged file is not sent again."""
+
+    fingerprint: str
+    filings: dict[str, str]  # filing id -> version
+
+
 class CorpusManifest(BaseModel):
     filings: dict[str, FilingEntry] = {}
     failures: dict[str, IngestFailure] = {}
+    sources: dict[str, SourceEntry] = {}
     written_at: datetime | None = None

@@ -211,3 +211,52 @@ def test_fleet_ingest_with_no_worker_says_so_and_ends_when_one_starts(tmp_path, 
     assert producer.returncode == 0, err
     assert "no ingest task has ended for 2 s (PRISM_STALL_S): are workers running" in err
     assert "1 sources: 1 filings ingested" in err
+
+
+def test_a_reingest_sends_only_the_files_that_changed(tmp_path):
+    """Unchanged files are skipped by their fingerprint before any task is sent; a touched file
+    (same bytes, new time) is read and confirmed unchanged by its content, then skipped too."""
+    from prism.ingest import Chunking
+    from prism.segmenting import TokenCounter
+    from workers.corpus import ingest_file
+
+    store, folder = LocalStore(tmp_path / "corpus"), tmp_path / "filings"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"co{i}_2023_10K.txt").write_text(f"# Revenue\n\nCompany {i} revenue was {i} million.")
+    (folder / "metadata.jsonl").write_text(json.dumps({"file": "co0_2023_10K.txt", "company": "Zero"}) + "\n")
+    sent: list[list[str]] = []
+
+    def dispatch(items):
+        sent.append(sorted(Path(item.uri).name for item in items))
+        for item in items:
+            yield ingest_file(
+                Corpus(store),
+                item.name,
+                item.uri,
+                item.read(),
+                item.record,
+                Chunking(),
+                TokenCounter(),
+                None,
+                None,
+                item.fingerprint,
+            )
+
+    first = ingest_source(folder, store, dispatch=dispatch)
+    assert len(sent[0]) == 5 and (first.ingested, first.skipped) == (5, 0)
+    again = ingest_source(folder, store, dispatch=dispatch)
+    assert sent[1] == [] and (again.unchanged, again.skipped, again.sources) == (5, 5, 5)
+    assert again.filings == first.filings and again.pages == first.pages
+
+    (folder / "co2_2023_10K.txt").write_text("# Revenue\n\nCompany 2 revenue was 7 million.")
+    touched = folder / "co3_2023_10K.txt"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    (folder / "metadata.jsonl").write_text(json.dumps({"file": "co0_2023_10K.txt", "company": "Zero Corp"}) + "\n")
+    changed = ingest_source(folder, store, dispatch=dispatch)
+    assert sent[2] == ["co0_2023_10K.txt", "co2_2023_10K.txt", "co3_2023_10K.txt"]
+    assert (changed.new_versions, changed.unchanged, changed.skipped) == (2, 3, 2)  # new metadata: a new version
+    manifest = Corpus(store).manifest()
+    assert manifest.filings["co2_2023_10K"].latest == changed.filings["co2_2023_10K"] != first.filings["co2_2023_10K"]
+    assert set(manifest.filings) == set(first.filings) and len(manifest.sources) == 5
+    assert ingest_source(folder, store, dispatch=dispatch).skipped == 5 and sent[3] == []
