@@ -91,7 +91,7 @@ def estimate(
             config.dense,
             share=config.prefilter_share,
         )
-        level = first_level(data, config.top_n, config.segment_top_k, config.segment_tokens)
+        level = first_level(data.costs, config.top_n, config.segment_top_k, config.segment_tokens)
         for segment in level.segments:
             call("segments", q.question, [data.chunks[i] for i in segment], level.k, "chunks")
         if len(level.segments) == 1:

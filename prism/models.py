@@ -241,6 +241,45 @@ class JobResult(BaseModel):
     finished_at: datetime
 
 
+class PlannedPair(BaseModel):
+    """A (question, filing) pair a question's planning chose, and what became of it."""
+
+    query_id: str
+    filing: str
+    version: str
+    filing_rank: int
+    filing_score: float
+    reason: str = ""
+    state: Literal["enqueued", "done", "reused", "pending"]
+    segments: int = 0  # first-level segments enqueued
+    since: str | None = None  # reused from this run (`--new`)
+
+
+class QuestionPlan(BaseModel):
+    """What planning made of one question of a set: its forms, period and filings, the pairs
+    ranked for it, and, for a `--new` run, how it stands against the earlier run."""
+
+    question_id: str
+    question: str
+    line: int
+    source: str = ""
+    scope: dict
+    qrels: list[dict] = []
+    answer: str | None = None
+    period: str = ""
+    forms_ranked_by: str = ""
+    documents: Literal["done", "reused"] | None = None  # the question's document job, when it had one
+    pairs: list[PlannedPair] = []
+    pool: str = ""  # digest of the filings (and versions) in its scope: what `--new` compares
+    since: Literal["unchanged", "new_question", "changed_question", "changed_filings"] | None = None
+    error: str | None = None  # what ended it in planning (no filing in scope, an error)
+
+    @property
+    def outcomes(self) -> int:
+        """The outcomes it waits for: its document job's, then each pair's, or its own."""
+        return (self.documents is not None) + (len(self.pairs) or 1)
+
+
 class Failure(BaseModel):
     """A query that got no result, and why. Input errors name the line and the field; a query
     stopped by the run's budget is "skipped": pending, not failed."""
@@ -276,6 +315,7 @@ class RunManifest(BaseModel):
     owner: str | None = None  # "host:pid" of the producer planning (or, embedded, running) it
     input: str  # rows, or a question set when ``corpus`` is set
     corpus: str | None = None  # the corpus a question set runs over
+    corpus_versions: str | None = None  # its filings' versions as planned: a snapshot kept in the corpus, by digest
     since: str | None = None  # a `--new` run: the last run over the corpus it starts from
     changes: dict = {}  # a `--new` run: filings and questions new or changed since then
     results: str

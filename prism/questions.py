@@ -9,6 +9,7 @@ Nothing is coerced: ids and grades are used as given, ``null`` stands for a fiel
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -21,6 +22,11 @@ from prism.models import FILING_TYPES
 QUESTION_KEYS = frozenset({"id", "question", "scope", "qrels", "answer"})
 SCOPE_KEYS = frozenset({"company", "form_types", "period"})
 QREL_KEYS = frozenset({"filing", "page", "chunk", "grade"})
+
+
+def company_key(name: str) -> str:
+    """Companies match whatever their case, spacing and punctuation ("Johnson & Johnson", "JOHNSON_JOHNSON")."""
+    return re.sub(r"[^a-z0-9]+", "", name.lower().replace("&", ""))
 
 
 class Scope(BaseModel):

@@ -14,7 +14,6 @@ import hashlib
 import json
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -24,16 +23,16 @@ from typing import Literal
 from urllib.parse import urlparse
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
-from prism.hybrid import dense_scorer
-from prism.llm import Gateway, recording
-from prism.models import Failure, JobResult, Query, RunConfig, Spent, Task, job_id
+from prism.llm import Gateway
+from prism.models import Failure, Query, RunConfig, job_id
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
+from tasks.planning import prefiltered_input
 from tasks.ranking import enqueue_documents, enqueue_level
-from workers.ledger import Outcome, RunLayout, has_outcome, outcome_keys
-from workers.messages import ChunkJob, DocumentJob
+from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys
+from workers.messages import ChunkJob, DocumentJob, Job
 from workers.settings import Settings
-from workers.store import Store, get_model, open_input, put_model, s3_client
+from workers.store import open_input, put_model, s3_client
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
@@ -48,9 +47,9 @@ class Plan:
     reused: int = 0  # copied from an earlier run with the same job id
     not_enqueued: int = 0  # left pending: the run's budget was spent while planning
     warnings: int = 0  # rows that run, with something said about them (warnings.jsonl)
-    out_of_scope: int = 0  # questions whose scope holds no filing: a stored failure each
     changes: dict | None = None  # a `--new` run: what changed since the run it starts from
-    awaiting: int = 0  # questions whose filings are chosen once their document ranking is done
+    questions: int = 0  # a question set: questions enqueued for planning on the fleet
+    corpus_versions: str | None = None  # a question set: the corpus snapshot it was planned against
     seconds: float = 0.0
     progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)
 
@@ -120,7 +119,7 @@ def _rows(files: list[str], settings: Settings) -> Iterator[tuple[str, Query | R
 
 def plan_run(
     spec: RunSpec,
-    store: Store,
+    ledger: Ledger,
     settings: Settings,
     gateway: Gateway | None = None,
     budget_spent: Callable[[], bool] = lambda: False,
@@ -128,7 +127,7 @@ def plan_run(
 ) -> Plan:
     """Enqueue a job for every valid query without an outcome in this run."""
     started = time.monotonic()
-    layout, plan, counter = RunLayout(spec.run_id), Plan(), TokenCounter()
+    store, layout, plan, counter = ledger.store, RunLayout(spec.run_id), Plan(), TokenCounter()
     listed = outcome_keys(store, spec.run_id)
     files = input_files(spec.input, settings)
     first_line: dict[str, str] = {}
@@ -148,13 +147,15 @@ def plan_run(
             if not isinstance(item, Query):
                 plan.invalid_rows += 1
                 line = item.line if isinstance(item, RowError) else -1  # -1: the file itself
-                put_model(store, layout.invalid(source, line), _invalid(spec.run_id, source, item))
+                ledger.invalid(invalid_failure(spec.run_id, source, item), source, line)
                 continue
             first_line[item.id] = f"{source} line {item.line}"
             if item.qrel:
                 row = {"query_id": item.id, "qrel": item.qrel, "answer": item.answer}
                 qrels_file.write(json.dumps(row).encode() + b"\n")
-            state = _plan_query(item, source, spec, store, layout, counter, plan, listed, budget_spent, gateway, shared)
+            state = _plan_query(
+                item, source, spec, ledger, layout, counter, plan, listed, budget_spent, gateway, shared
+            )
             row = {"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}
             plan_file.write(json.dumps(row).encode() + b"\n")
             on_query(plan)
@@ -170,7 +171,7 @@ def plan_run(
     return plan
 
 
-def _invalid(run_id: str, source: str, item: RowError | InputFileError) -> Failure:
+def invalid_failure(run_id: str, source: str, item: RowError | InputFileError) -> Failure:
     if isinstance(item, InputFileError):
         line = item.last_good_line or None
         return Failure(run_id=run_id, kind="input", error=str(item), line=line, source=source, field="(file)")
@@ -189,7 +190,7 @@ def _plan_query(
     q: Query,
     source: str,
     spec: RunSpec,
-    store: Store,
+    ledger: Ledger,
     layout: RunLayout,
     counter: TokenCounter,
     plan: Plan,
@@ -205,17 +206,10 @@ def _plan_query(
     if has_outcome(listed, spec.run_id, q.task, q.id):
         plan.already_done += 1
         return "done"
-    jid = job_id(q, spec.config)
-    if spec.reuse and _reuse(store, layout, q.task, q.id, jid):
-        plan.reused += 1
-        return "reused"
-    if budget_spent():
-        plan.not_enqueued += 1
-        return Outcome.PENDING
     common = dict(
         run_id=spec.run_id,
         results=spec.results,
-        job_id=jid,
+        job_id=job_id(q, spec.config),
         query_id=q.id,
         line=q.line,
         source=source,
@@ -223,6 +217,12 @@ def _plan_query(
         budget_usd=spec.budget_usd,
         via=spec.via,
     )
+    if spec.reuse and ledger.reuse_by_id(Job(task=q.task, **common)):
+        plan.reused += 1
+        return "reused"
+    if budget_spent():
+        plan.not_enqueued += 1
+        return Outcome.PENDING
     if q.task == "documents":
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
         return "enqueued"
@@ -232,75 +232,18 @@ def _plan_query(
         key = layout.input(f"filing-{digest}")
         if digest not in shared:
             data = chunks.prepare("", q.candidates, counter, budget)
-            put_model(store, key, data)  # stored before the jobs that read it are enqueued
+            put_model(ledger.store, key, data)  # stored before the jobs that read it are enqueued
             shared[digest] = chunks.first_level(
-                data, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget
+                data.costs, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget
             )
         level = shared[digest]
         job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
         enqueue_level(job, 0, level)
         plan.segments += len(level.segments)
         return "enqueued"
-    key, data = prefiltered_input(spec, store, q.id, jid, q.question, q.candidates, counter, gateway)
-    level = chunks.first_level(data, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget)
-    enqueue_level(ChunkJob(input_key=key, n_candidates=len(q.candidates), **common), 0, level)
+    job = ChunkJob(input_key="", n_candidates=len(q.candidates), **common)
+    key, data = prefiltered_input(ledger.store, job, q.question, q.candidates, counter, gateway)
+    level = chunks.first_level(data.costs, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget)
+    enqueue_level(job.model_copy(update={"input_key": key}), 0, level)
     plan.segments += len(level.segments)
     return "enqueued"
-
-
-def prefiltered_input(
-    spec: RunSpec,
-    store: Store,
-    query_id: str,
-    jid: str,
-    question: str,
-    texts: list[str],
-    counter: TokenCounter,
-    gateway: Gateway | None,
-    counts: list[int] | None = None,
-) -> tuple[str, chunks.ChunkInput]:
-    """The chunks the pre-filter keeps for this question, stored as the query's own input (before
-    the jobs that read it are enqueued); a pre-filter on an API embedder is paid, so its calls are
-    kept, each under a key of its own: a resumed run that embeds again adds, never replaces."""
-    layout, config = RunLayout(spec.run_id), spec.config
-    with recording() as calls:
-        data = chunks.prepare(
-            question,
-            texts,
-            counter,
-            config.segment_tokens,
-            config.prefilter_keep,
-            dense_scorer(config.dense, gateway),
-            counts=counts,
-            share=config.prefilter_share,
-        )
-    if calls:
-        spent = Spent(run_id=spec.run_id, task="chunks", query_id=query_id, reason="pre-filter embeddings", calls=calls)
-        put_model(store, layout.spent(f"prefilter-{jid}-{uuid.uuid4().hex[:8]}"), spent)
-    key = layout.input(query_id)
-    put_model(store, key, data)
-    return key, data
-
-
-def _reuse(store: Store, layout: RunLayout, task: Task, query_id: str, jid: str) -> bool:
-    """Copy an earlier run's result for the same job id into this run; nothing is spent."""
-    try:
-        earlier_key = store.get(RunLayout.index(jid)).decode()
-    except KeyError:
-        return False
-    return copy_result(store, layout, task, query_id, earlier_key)
-
-
-def copy_result(store: Store, layout: RunLayout, task: Task, query_id: str, earlier_key: str) -> bool:
-    """An earlier run's result as this run's, with no calls (nothing is spent) and where it came from."""
-    try:
-        earlier = get_model(store, earlier_key, JobResult)
-    except KeyError:
-        return False
-    if earlier.run_id == layout.run_id:
-        return False
-    copy = earlier.model_copy(
-        update={"run_id": layout.run_id, "reused_from": earlier.reused_from or earlier.run_id, "calls": []}
-    )
-    put_model(store, layout.result(task, query_id), copy, if_absent=True)
-    return True

@@ -20,11 +20,11 @@ from celery import Celery
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from prism.models import Failure, RunManifest, Usage
+from prism.models import QuestionPlan, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
 from producer.plan import Plan, RunSpec, plan_run
-from producer.questions import plan_questions
+from producer.questions import enqueue_questions, gather, question_changes
 from producer.state import RunState, cost_report
 from workers import keys
 from workers import runtime as runtimes
@@ -33,7 +33,7 @@ from workers.batches import BatchDriver, BatchLimits
 from workers.budget import RunBudget
 from workers.corpus import Corpus
 from workers.embedded import embedded_worker
-from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, mark_last_over, outcome_keys, progress_name
+from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, mark_last_over, outcome_keys
 from workers.settings import Settings
 from workers.store import Store, get_model, open_store, put_model
 
@@ -156,35 +156,26 @@ class Runs:
                     "owner": OWNER if self.settings.embedded else None,
                     "counts": plan.counts(),
                     "changes": plan.changes or manifest.changes,
+                    "corpus_versions": plan.corpus_versions or manifest.corpus_versions,
                     "timings": manifest.timings | {"plan_s": plan.seconds},
                 }
             )
             put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
-            if plan.queries == 0 and plan.invalid_rows == 0:
+            if plan.queries + plan.questions == 0 and plan.invalid_rows == 0:
                 error = f"{spec.input}: no input rows (an empty file, or a folder with no .jsonl files)"
                 failed = manifest.model_copy(update={"status": "failed", "error": error, "finished_at": _now()})
                 put_model(store, RunLayout(spec.run_id).file("manifest.json"), failed)
                 raise RunError(error)
             if not wait:
-                if plan.awaiting:
-                    self.console.print(
-                        f"{plan.awaiting} questions wait on their document ranking: `prism resume {spec.run_id}` "
-                        "chooses their filings once it is done"
-                    )
                 return RunEnd(manifest)
             state, requeues = self.watch(
                 RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent), driver
             )
-            if plan.awaiting:  # a question set: its filings are chosen from the document rankings just done
-                plan = self._plan(spec, store, spent)
-                manifest = manifest.model_copy(update={"counts": plan.counts()})
-                put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
-                state, more = self.watch(
-                    RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent), driver
-                )
-                requeues += more
         manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues})
-        return self.finalize(state, manifest, spent())
+        end = self.finalize(state, manifest, spent())
+        if end.manifest.changes:
+            self.console.print(report.changes_text(end.manifest.changes))
+        return end
 
     def _plan(self, spec: RunSpec, store: Store, spent: Callable[[], bool]) -> Plan:
         progress = self.runtime.progress
@@ -194,17 +185,21 @@ class Runs:
             def on_query(p: Plan) -> None:
                 status.update(f"planning: {p.documents} document and {p.chunks} chunk queries")
 
-            if spec.corpus is not None:  # a question set over a corpus
-                plan = plan_questions(spec, store, self.settings, spent, on_query, self.runtime.gateway)
+            ledger = self.ledger(spec.results)
+            if spec.corpus is not None:  # a question set over a corpus: each question is planned on the fleet
+                plan = enqueue_questions(spec, store, ledger, self.settings)
             else:
-                plan = plan_run(spec, store, self.settings, self.runtime.gateway, spent, on_query=on_query)
-        self.console.print(
-            f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued "
-            f"{plan.enqueued} ({plan.segments} segments), already done {plan.already_done}, reused {plan.reused}, "
-            f"left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
-        )
-        if plan.changes:
-            self.console.print(report.changes_text(plan.changes))
+                plan = plan_run(spec, ledger, self.settings, self.runtime.gateway, spent, on_query=on_query)
+        if spec.corpus is not None:
+            self.console.print(
+                f"enqueued {plan.questions} questions for planning on the fleet; {plan.invalid_rows} invalid rows"
+            )
+        else:
+            self.console.print(
+                f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued "
+                f"{plan.enqueued} ({plan.segments} segments), already done {plan.already_done}, reused "
+                f"{plan.reused}, left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
+            )
         plan.progress_base = base
         return plan
 
@@ -254,27 +249,35 @@ class Runs:
         and new ones submitted, every ``batch_poll_s``."""
         s, progress = self.settings, self.runtime.progress
         run = keys.progress(state.store.uri, state.layout.run_id)
+        planned_key = keys.planned(state.store.uri, state.layout.run_id)
         deadline = time.monotonic() + timeout if timeout else None
-        expected = plan.queries - plan.not_enqueued
 
-        def counted() -> Callable[[], int]:
+        def counted() -> Callable[[], tuple[int, int, bool]]:
+            """Outcomes so far, the outcomes waited for, and whether that total is final: a
+            question set's grows as its questions are planned (one each until then)."""
+            rows = plan.queries - plan.not_enqueued
+            if plan.questions:
+                if progress is None:
+                    return lambda: (state.poll().finished, *_planned(state, plan.questions))
+                return lambda: (progress.count(run), *_total(progress.planned(planned_key), plan.questions))
             if progress is None:
-                return lambda: state.poll().finished
-            base, offset = plan.progress_base, plan.already_done + plan.reused + plan.out_of_scope
-            return lambda: offset + progress.count(run) - base
+                return lambda: (state.poll().finished, rows, True)
+            base, offset = plan.progress_base, plan.already_done
+            return lambda: (offset + progress.count(run) - base, rows, True)
 
         finished_now, requeues = counted(), 0
         last_finished, last_change, last_read, last_tick, batches = -1, time.monotonic(), 0.0, 0.0, ""
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, TimeRemainingColumn(), console=self.console) as bar_view:
-            bar = bar_view.add_task("ranking", total=expected)
+            bar = bar_view.add_task("ranking", total=None)
             while True:
                 try:
                     if driver is not None and time.monotonic() - last_tick >= s.batch_poll_s:
                         batches, last_tick = "; " + driver.tick(), time.monotonic()
                         bar_view.update(bar, description=f"ranking{batches}")
-                    finished = finished_now()
-                    if time.monotonic() - last_read > 10 or finished >= expected:
+                    finished, expected, final = finished_now()
+                    done = final and finished >= expected
+                    if time.monotonic() - last_read > 10 or done:
                         state.poll()
                         last_read = time.monotonic()
                         usd = cost_report(state)["total"]["usd"]
@@ -286,8 +289,8 @@ class Runs:
                     )
                     time.sleep(2)
                     continue
-                bar_view.update(bar, completed=finished)
-                if finished >= expected or (deadline and time.monotonic() > deadline):
+                bar_view.update(bar, completed=finished, total=expected)
+                if done or (deadline and time.monotonic() > deadline):
                     return state, requeues
                 if finished != last_finished:
                     last_finished, last_change = finished, time.monotonic()
@@ -308,7 +311,7 @@ class Runs:
                         f"{expected - finished} missing jobs again[/yellow]"
                     )
                     plan = replan()
-                    expected, finished_now = plan.queries - plan.not_enqueued, counted()
+                    finished_now = counted()
                     last_change = time.monotonic()
                 time.sleep(0.25 if s.embedded else 0.5)
 
@@ -343,21 +346,11 @@ class Runs:
     def _record_lost(self, state: RunState, requeues: int) -> None:
         """Give every enqueued job still without an outcome a failure that says why."""
         layout, listed = state.layout, outcome_keys(state.store, state.layout.run_id)
-        for p in _plan_rows(state.store, layout):
-            if p["state"] == Outcome.PENDING or has_outcome(listed, layout.run_id, p["task"], p["query_id"]):
-                continue
-            failure = Failure(
-                run_id=layout.run_id,
-                kind="job",
-                task=p["task"],
-                query_id=p["query_id"],
-                line=p["line"],
-                error=f"no outcome after {requeues} requeue(s): the job was lost or its chord never completed",
-            )
-            key = layout.outcome(Outcome.FAILED, p["task"], p["query_id"])
-            if put_model(state.store, key, failure, if_absent=True) and self.runtime.progress is not None:
-                run = keys.progress(state.store.uri, layout.run_id)
-                self.runtime.progress.add(run, progress_name(p["task"], p["query_id"]))
+        ledger = self.ledger(state.store.uri)
+        error = f"no outcome after {requeues} requeue(s): the job was lost or its chord never completed"
+        for p in _run_rows(state.store, layout):
+            if p["state"] != Outcome.PENDING and not has_outcome(listed, layout.run_id, p["task"], p["query_id"]):
+                ledger.lost(layout.run_id, p["task"], p["query_id"], p["line"], error)
 
     # -- finalize ----------------------------------------------------------------------------
 
@@ -366,6 +359,11 @@ class Runs:
         state.poll()
         failed = state.job_failures
         outcomes = {(r.task, r.query_id) for r in state.results.values()} | {(f.task, f.query_id) for f in failed}
+        if manifest.corpus:  # a question set: its questions' plans, gathered into plan.jsonl and questions.jsonl
+            plans, _ = gather(state.store, manifest.run_id)
+            manifest = manifest.model_copy(update={"counts": manifest.counts | _question_counts(plans)})
+            if manifest.since and manifest.changes:
+                manifest = manifest.model_copy(update={"changes": question_changes(manifest.changes, plans)})
         pending = [p for p in _plan_rows(state.store, state.layout) if (p["task"], p["query_id"]) not in outcomes]
         counts = manifest.counts | {
             "done": len(state.results),
@@ -415,6 +413,18 @@ class Runs:
         return store, manifest
 
 
+def _total(planned: tuple[int, int], questions: int) -> tuple[int, bool]:
+    """The outcomes a question set waits for: its planned questions', one for each other."""
+    count, outcomes = planned
+    return outcomes + max(0, questions - count), count >= questions
+
+
+def _planned(state: RunState, questions: int) -> tuple[int, bool]:
+    """The same, read from the questions' plans in the store (no Redis to count them beside it)."""
+    plans = [get_model(state.store, k, QuestionPlan) for k in state.store.keys(state.layout.file("questions/"))]
+    return _total((len(plans), sum(p.outcomes for p in plans)), questions)
+
+
 def settle_status(manifest: RunManifest, counts: dict, budget_spent: bool) -> tuple[str, str | None]:
     if manifest.status == "failed":
         return "failed", manifest.error
@@ -446,6 +456,22 @@ def _alive(owner: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _question_counts(plans: list[QuestionPlan]) -> dict[str, int]:
+    return {
+        "questions": len(plans),
+        "documents": sum(p.documents is not None for p in plans),
+        "chunks": sum(len(p.pairs) or 1 for p in plans),
+        "segments": sum(pair.segments for p in plans for pair in p.pairs),
+    }
+
+
+def _run_rows(store: Store, layout: RunLayout) -> Iterator[dict]:
+    """The run's plan rows; a question set's gathered from its questions' plans first."""
+    if store.exists(layout.file("questions-enqueued.jsonl")):
+        gather(store, layout.run_id)
+    return _plan_rows(store, layout)
 
 
 def _plan_rows(store: Store, layout: RunLayout) -> Iterator[dict]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from celery import Celery
 from celery.signals import celeryd_init, worker_process_init
 
-from workers import logs
+from workers import keys, logs
 from workers.embedded import BROKER_URL
 from workers.messages import Priority
 from workers.settings import Settings, SettingsProblem, load_settings
@@ -21,14 +21,19 @@ def make_app(settings: Settings | None = None) -> Celery:
             raise SystemExit(f"prism worker: {err}") from None
     broker = settings.broker_url or BROKER_URL
     backend = settings.result_backend or settings.broker_url or "cache+memory://"
-    app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking", "tasks.ingest"])
+    app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking", "tasks.planning", "tasks.ingest"])
     app.conf.update(
         # A job is acknowledged only once its result is stored; a worker that dies mid-job
         # leaves it to be delivered again, to another worker.
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            # Priority lists read "celery:3", "celery:6" (workers.keys.queue_lists) for KEDA and the exporter.
+            "sep": keys.PRIORITY_SEP,
+            "priority_steps": list(keys.PRIORITY_STEPS),
+        },
         # New work waits behind a started question's next steps (workers.messages.Priority).
         task_default_priority=Priority.NEW_WORK,
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},

@@ -160,6 +160,19 @@ class Corpus:
         except KeyError:
             return CorpusManifest()
 
+    def put_versions(self, versions: dict[str, str]) -> str:
+        """Every filing's latest version, kept once per corpus state (by digest): runs over an
+        unchanged corpus name the same snapshot instead of each writing its own copy."""
+        body = json.dumps(dict(sorted(versions.items())), separators=(",", ":")).encode()
+        name = hashlib.sha256(body).hexdigest()[:24]
+        key = f"{PREFIX}/versions/{name}.json"
+        if not self.store.exists(key):
+            self.store.put(key, body, if_absent=True)
+        return name
+
+    def versions(self, name: str) -> dict[str, str]:
+        return json.loads(self.store.get(f"{PREFIX}/versions/{name}.json"))
+
     @staticmethod
     def input_key(filing_id: str, version: str, budget: int, encoding: str) -> str:
         return f"{PREFIX}/inputs/{safe_name(filing_id)}/{version}-{budget}-{encoding}.json"
@@ -182,6 +195,14 @@ class Corpus:
         )
         put_model(self.store, key, shared, if_absent=True)
         return key, shared
+
+    def input_for(self, filing_id: str, version: str, budget: int, counter: TokenCounter) -> tuple[str, FilingInput]:
+        """A filing version's chunk input for a budget, read when made, else made from the filing."""
+        key = self.input_key(filing_id, version, budget, _encoding(counter))
+        try:
+            return key, get_model(self.store, key, FilingInput)
+        except KeyError:
+            return self.put_input(self.get_filing(filing_id, version), budget, counter)
 
     @staticmethod
     def counts(filing: Filing, counter: TokenCounter) -> list[int] | None:

@@ -6,6 +6,18 @@ import hashlib
 
 DAY = 24 * 3600
 
+# The broker's queue as the Redis transport keeps it: one list per priority step
+# (workers.messages.Priority), the first under the queue's own name, each other under
+# "<queue>:<step>" (the transport's separator is set to ":" in workers/app.py).
+QUEUE = "celery"
+PRIORITY_SEP = ":"
+PRIORITY_STEPS = (0, 3, 6, 9)  # the Redis transport's
+
+
+def queue_lists(queue: str = QUEUE) -> list[str]:
+    return [queue, *(f"{queue}{PRIORITY_SEP}{step}" for step in PRIORITY_STEPS[1:])]
+
+
 # Fleet metrics: one hash of counters for every process and host (read by `prism exporter`).
 METRICS = "prism:metrics"
 METRICS_TTL_S = None  # counters for the life of the fleet
@@ -57,5 +69,14 @@ PROGRESS_TTL_S = 30 * DAY
 
 def progress(store_uri: str, run_id: str) -> str:
     """Per results store too: two stores may each hold a run of the same id."""
+    return f"{_run(store_uri, run_id)}:finished"
+
+
+def planned(store_uri: str, run_id: str) -> str:
+    """A question-set run's planned questions: question id -> the outcomes it waits for."""
+    return f"{_run(store_uri, run_id)}:planned"
+
+
+def _run(store_uri: str, run_id: str) -> str:
     store = hashlib.sha256(store_uri.encode()).hexdigest()[:12]
-    return f"prism:run:{store}:{run_id}:finished"
+    return f"prism:run:{store}:{run_id}"

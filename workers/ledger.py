@@ -1,6 +1,7 @@
 """The run ledger: where a run's records live and the one place that writes a job's outcome.
 
     runs/<run_id>/manifest.json, plan.jsonl, qrels.jsonl, cost.json, failures.jsonl, report.md
+    runs/<run_id>/questions/<name>.json            a question's plan: its forms, filings and pairs
     runs/<run_id>/results/<task>/<name>.json       a result                    (Outcome.DONE)
     runs/<run_id>/failures/<task>/<name>.json      a failure and its reason    (Outcome.FAILED)
     runs/<run_id>/skipped/<task>/<name>.json       stopped by the run's budget (Outcome.SKIPPED)
@@ -25,11 +26,12 @@ from typing import Protocol
 
 import redis
 import structlog
+from pydantic import BaseModel
 
 from prism.models import CallRecord, Failure, JobResult, Ranking, Spent, Task
 from workers import keys
 from workers.messages import Job
-from workers.store import Store, put_model, safe_name
+from workers.store import Store, get_model, put_model, safe_name
 
 log = structlog.get_logger("prism")
 
@@ -63,6 +65,9 @@ class RunLayout:
 
     def invalid(self, source: str, line: int) -> str:
         return f"{self.folder(Outcome.FAILED)}input/{safe_name(source)}-{line}.json"
+
+    def question(self, question_id: str) -> str:
+        return f"{self.base}/questions/{safe_name(question_id)}.json"
 
     def input(self, query_id: str) -> str:
         return f"{self.base}/inputs/{safe_name(query_id)}.json"
@@ -103,6 +108,13 @@ class Progress(Protocol):
 
     def count(self, run: str) -> int: ...
 
+    def plan(self, run: str, question: str, outcomes: int) -> None:
+        """A question is planned and waits for this many outcomes (``run``: its planned key)."""
+
+    def planned(self, run: str) -> tuple[int, int]:
+        """How many questions are planned, and the outcomes they wait for in all."""
+        ...
+
 
 class RedisProgress:
     def __init__(self, client: redis.Redis):
@@ -121,12 +133,23 @@ class RedisProgress:
     def count(self, run: str) -> int:
         return int(self.client.scard(run))
 
+    def plan(self, run: str, question: str, outcomes: int) -> None:
+        pipe = self.client.pipeline()
+        pipe.hset(run, question, outcomes)
+        pipe.expire(run, keys.PROGRESS_TTL_S)
+        pipe.execute()
+
+    def planned(self, run: str) -> tuple[int, int]:
+        counts = self.client.hvals(run)
+        return len(counts), sum(int(n) for n in counts)
+
 
 class MemoryProgress:
     """For embedded runs: the workers are threads of the producer's own process."""
 
     def __init__(self) -> None:
         self.finished: dict[str, set[str]] = {}
+        self.questions: dict[str, dict[str, int]] = {}
 
     def add(self, run: str, name: str) -> None:
         self.finished.setdefault(run, set()).add(name)
@@ -136,6 +159,13 @@ class MemoryProgress:
 
     def count(self, run: str) -> int:
         return len(self.finished.get(run, ()))
+
+    def plan(self, run: str, question: str, outcomes: int) -> None:
+        self.questions.setdefault(run, {})[question] = outcomes
+
+    def planned(self, run: str) -> tuple[int, int]:
+        counts = self.questions.get(run, {})
+        return len(counts), sum(counts.values())
 
 
 def progress_name(task: Task, query_id: str) -> str:
@@ -210,6 +240,57 @@ class Ledger:
         put_model(self.store, RunLayout(job.run_id).outcome(Outcome.SKIPPED, job.task, job.query_id), skipped)
         self._finished(job, Outcome.SKIPPED, calls)
 
+    def reused(self, job: Job, earlier_key: str) -> bool:
+        """An earlier run's result for the same job id as this job's outcome, with no calls
+        (nothing is spent) and the run it came from; False when there is none to reuse."""
+        try:
+            earlier = get_model(self.store, earlier_key, JobResult)
+        except KeyError:
+            return False
+        if earlier.run_id == job.run_id:
+            return False
+        copy = earlier.model_copy(
+            update={"run_id": job.run_id, "reused_from": earlier.reused_from or earlier.run_id, "calls": []}
+        )
+        put_model(self.store, RunLayout(job.run_id).result(job.task, job.query_id), copy, if_absent=True)
+        self._finished(job, Outcome.DONE, [])
+        return True
+
+    def reuse_by_id(self, job: Job) -> bool:
+        """Reuse the result any earlier run stored for this job id."""
+        try:
+            earlier_key = self.store.get(RunLayout.index(job.job_id)).decode()
+        except KeyError:
+            return False
+        return self.reused(job, earlier_key)
+
+    def has_outcome(self, job: Job) -> bool:
+        """Whether the job has its outcome already (counted again, for a resumed run's watcher)."""
+        layout = RunLayout(job.run_id)
+        if not any(
+            self.store.exists(layout.outcome(o, job.task, job.query_id)) for o in (Outcome.DONE, Outcome.FAILED)
+        ):
+            return False
+        self._count(job)
+        return True
+
+    def planned(self, job: Job, record: BaseModel, outcomes: int) -> None:
+        """A question's plan, and the number of outcomes it waits for (its watcher's total)."""
+        put_model(self.store, RunLayout(job.run_id).question(job.query_id), record)
+        if self.progress is not None:
+            self.progress.plan(keys.planned(self.store.uri, job.run_id), job.query_id, outcomes)
+
+    def lost(self, run_id: str, task: Task, query_id: str, line: int | None, error: str) -> None:
+        """A job the run enqueued that never got an outcome: a failure saying so, unless it has one."""
+        failure = Failure(run_id=run_id, kind="job", task=task, query_id=query_id, line=line, error=error)
+        if put_model(self.store, RunLayout(run_id).outcome(Outcome.FAILED, task, query_id), failure, if_absent=True):
+            if self.progress is not None:
+                self.progress.add(keys.progress(self.store.uri, run_id), progress_name(task, query_id))
+
+    def invalid(self, failure: Failure, source: str, line: int) -> None:
+        """A bad input row or file: it never becomes a job."""
+        put_model(self.store, RunLayout(failure.run_id).invalid(source, line), failure)
+
     def reopen_skipped(self, run_id: str) -> int:
         """Make the jobs a budget stopped pending again (a resume); returns how many."""
         layout, names = RunLayout(run_id), []
@@ -221,20 +302,27 @@ class Ledger:
             self.progress.discard(keys.progress(self.store.uri, run_id), names)
         return len(names)
 
-    def _spent(self, job: Job, calls: list[CallRecord], reason: str) -> None:
-        log.warning("duplicate delivery", reason=reason)
+    def spent(self, job: Job, calls: list[CallRecord], reason: str, name: str | None = None) -> None:
+        """Calls no outcome holds (a second delivery's, a pre-filter's embeddings), kept so they are accounted."""
         if calls:
             spent = Spent(run_id=job.run_id, task=job.task, query_id=job.query_id, reason=reason, calls=calls)
-            put_model(self.store, RunLayout(job.run_id).spent(uuid.uuid4().hex), spent)
+            put_model(self.store, RunLayout(job.run_id).spent(name or uuid.uuid4().hex), spent)
+
+    def _spent(self, job: Job, calls: list[CallRecord], reason: str) -> None:
+        log.warning("duplicate delivery", reason=reason)
+        self.spent(job, calls, reason)
         self.on_outcome(job, "duplicate", calls)
 
     def _finished(self, job: Job, outcome: Outcome, calls: list[CallRecord]) -> None:
+        self._count(job)
+        self.on_outcome(job, outcome.value, calls)
+
+    def _count(self, job: Job) -> None:
         if self.progress is not None:
             try:
                 self.progress.add(keys.progress(self.store.uri, job.run_id), progress_name(job.task, job.query_id))
             except redis.RedisError as err:  # the watcher falls back to listing the store
                 log.warning("progress not counted", error=str(err))
-        self.on_outcome(job, outcome.value, calls)
 
 
 def outcome_keys(store: Store, run_id: str) -> set[str]:

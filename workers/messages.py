@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from prism.ingest import Chunking
 from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
+from prism.questions import Question
 
 
 class Priority(IntEnum):
@@ -41,6 +42,21 @@ class DocumentJob(Job):
     question: str
     candidates: list[str]
     carried: list[CallRecord] = []  # calls of earlier tries of this job (put back for a rate limit, say)
+
+
+class QuestionJob(Job):
+    """One question of a set over a corpus, for its planning task (tasks/planning.py): it ranks
+    the forms, chooses the filings and enqueues their chunk ranking. What ends a question there
+    (no filing in scope, an error) is stored as the question's own chunk outcome."""
+
+    task: Task = "chunks"
+    question: Question
+    corpus: str
+    corpus_at: str  # the corpus manifest the run was planned against (written_at): one view per worker
+    filings_per_question: int = 1
+    reuse: bool = True  # an earlier run's result for the same job id is reused
+    since: str | None = None  # `--new`: a question unchanged since this run reuses its results
+    carried: list[CallRecord] = []
 
 
 class ChunkJob(Job):

@@ -10,6 +10,7 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from prism.models import CallRecord
+from workers import keys
 from workers.keys import METRICS as KEY
 
 
@@ -41,7 +42,7 @@ def record(client: redis.Redis | None, task: str, state: str, calls: list[CallRe
 class FleetCollector:
     """Reads the counters and the broker's queue length at each scrape."""
 
-    def __init__(self, client: redis.Redis, queues: tuple[str, ...] = ("celery",)):
+    def __init__(self, client: redis.Redis, queues: tuple[str, ...] = (keys.QUEUE,)):
         self.client, self.queues = client, queues
 
     def collect(self):
@@ -69,6 +70,6 @@ class FleetCollector:
             elif kind == "limiter_wait_ms":
                 waits.add_metric([], value / 1000)
         depth = GaugeMetricFamily("prism_queue_depth", "Messages waiting in the broker queue", labels=["queue"])
-        for queue in self.queues:
-            depth.add_metric([queue], self.client.llen(queue))
+        for queue in self.queues:  # at every priority
+            depth.add_metric([queue], sum(self.client.llen(name) for name in keys.queue_lists(queue)))
         yield from (jobs, calls, tokens, throttled, usd, waits, depth)

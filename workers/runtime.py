@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -15,6 +16,7 @@ import redis
 from prism.llm import Gateway
 from prism.models import CallRecord, RunConfig, Stage
 from prism.pricing import PriceTable
+from prism.prior import DocPrior
 from prism.rankers import Ranker, build_ranker
 from prism.retrieval import INDEXES
 from prism.segmenting import TokenCounter
@@ -45,6 +47,7 @@ class Runtime:
         self._rankers: dict[tuple[str, Stage], Ranker] = {}
         self._inputs: OrderedDict[tuple[str, str], ChunkInput] = OrderedDict()
         self._counters: dict[str, TokenCounter] = {}
+        self._kept: OrderedDict[tuple, Any] = OrderedDict()
         # The process's one index cache keeps its page vectors in the results store.
         INDEXES.store = StoreVectors(lambda: self.store(settings.results))
 
@@ -120,6 +123,12 @@ class Runtime:
             self._rankers[key] = build_ranker(config, stage, self.gateway, prior, examples)
         return self._rankers[key]
 
+    def prior(self, config: RunConfig) -> DocPrior:
+        """The document prior the run pinned."""
+        if config.prior is None:
+            raise RuntimeError("the run names no document prior")
+        return self._pinned(priors.PRIOR, config.prior)
+
     def _pinned(self, kind: priors.Kind, ref: str | None) -> Any:
         if ref is None:
             return None
@@ -142,6 +151,16 @@ class Runtime:
             self._inputs.popitem(last=False)
         data = self._inputs[key]
         return data.model_copy(update={"question": job.question}) if job.question is not None else data
+
+    def kept(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """What ``make`` gives, kept for the next tasks that ask by the same key (the last few:
+        a corpus view, an earlier run's plan), so planning reads each once per process."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        self._kept.move_to_end(key)
+        while len(self._kept) > 8:
+            self._kept.popitem(last=False)
+        return self._kept[key]
 
     def checkpoint(self, stage: FaultStage) -> None:
         if self.settings.fault_at == stage:

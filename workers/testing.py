@@ -14,6 +14,10 @@ import time
 import uuid
 from pathlib import Path
 
+import redis
+
+from workers import keys
+
 ROOT = Path(__file__).resolve().parent.parent
 S3_KEYS = {
     "AWS_ACCESS_KEY_ID": "prism-test-key",
@@ -219,6 +223,16 @@ class WorkerProcess:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
         _stop(self.proc, sig, timeout)
+
+
+def queued(client: redis.Redis) -> int:
+    """Messages waiting on a Redis broker, at every priority."""
+    return sum(client.llen(name) for name in keys.queue_lists())
+
+
+def drop_queue(client: redis.Redis) -> None:
+    """Lose every waiting message, as a broker that forgot them would."""
+    client.delete(*keys.queue_lists())
 
 
 def prism_cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:

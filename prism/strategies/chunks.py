@@ -84,10 +84,11 @@ class Level:
     k: int
 
 
-def first_level(data: ChunkInput, top_n: int, k: int, budget: int | None) -> Level:
-    """The first segments: as many as the budget needs; one with no budget (a $0 ranker)."""
-    everything = range(len(data.chunks))
-    segments = [list(everything)] if budget is None else plan_segments(everything, data.costs, budget)
+def first_level(costs: Sequence[int], top_n: int, k: int, budget: int | None) -> Level:
+    """The first segments of chunks of these prompt costs: as many as the budget needs; one
+    with no budget (a $0 ranker)."""
+    everything = range(len(costs))
+    segments = [list(everything)] if budget is None else plan_segments(everything, costs, budget)
     return Level(segments, top_n if len(segments) == 1 else k)  # one segment: its ranking is final
 
 
@@ -249,7 +250,7 @@ def rank_chunks(
     segments: Ranker, pool_ranker: Ranker, data: ChunkInput, top_n: int, k: int, budget: int
 ) -> tuple[Ranking, list[SegmentOutcome]]:
     """The whole segmented ranking in this process: every level, then the pool re-rank."""
-    step: Ranking | Pool | Level = first_level(data, top_n, k, budget)
+    step: Ranking | Pool | Level = first_level(data.costs, top_n, k, budget)
     outcomes: list[SegmentOutcome] = []
     level = 0
     while isinstance(step, Level):

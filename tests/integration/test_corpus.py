@@ -10,7 +10,7 @@ from prism.ingest import Filing
 from tests.filings import edgar_html, encrypted, pdf
 from workers.corpus import Corpus, ingest_source
 from workers.store import LocalStore, S3Store, safe_name
-from workers.testing import s3_client
+from workers.testing import queued, s3_client
 
 pytestmark = pytest.mark.integration
 
@@ -201,11 +201,11 @@ def test_fleet_ingest_with_no_worker_says_so_and_ends_when_one_starts(tmp_path, 
     producer = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     broker = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + 120
-    while not broker.llen("celery") and time.monotonic() < deadline:  # the producer starts, then sends
+    while not queued(broker) and time.monotonic() < deadline:  # the producer starts, then sends
         time.sleep(0.2)
     time.sleep(4)  # twice PRISM_STALL_S with the task queued and no worker
     assert producer.poll() is None, producer.communicate()[1]
-    assert broker.llen("celery") == 1  # waiting: the task is queued, not lost
+    assert queued(broker) == 1  # waiting: the task is queued, not lost
     start_worker(env, 1)
     _, err = producer.communicate(timeout=120)
     assert producer.returncode == 0, err

@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from workers import keys
 from workers.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,10 +202,10 @@ def test_scaledobject_scales_the_worker_on_the_celery_list():
     assert isinstance(spec["cooldownPeriod"], int) and spec["cooldownPeriod"] > 0
 
     triggers = [t for t in spec["triggers"] if t["type"] == "redis"]
-    assert len(triggers) == 1, spec["triggers"]
+    # Every priority list of the queue is watched: work at any priority scales the workers.
+    assert [t["metadata"]["listName"] for t in triggers] == keys.queue_lists(), spec["triggers"]
     meta = triggers[0]["metadata"]
-    assert meta["listName"] == "celery"
-    assert isinstance(meta["listLength"], str) and int(meta["listLength"]) > 0  # KEDA metadata is strings
+    assert all(isinstance(t["metadata"]["listLength"], str) and int(t["metadata"]["listLength"]) > 0 for t in triggers)
     # The address KEDA watches is the broker's: from the worker's environment (its ConfigMap).
     address = _config()[meta["addressFromEnv"]] if "addressFromEnv" in meta else meta["address"]
     broker = urlparse(_config()["PRISM_BROKER_URL"])

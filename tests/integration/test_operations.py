@@ -11,6 +11,7 @@ from tests.conftest import DOC_DEV, fleet_env, load, prism_cli, read_run, upload
 from workers.messages import DocumentJob
 from workers.runtime import Runtime
 from workers.settings import Settings
+from workers.testing import drop_queue, queued
 
 pytestmark = pytest.mark.integration
 
@@ -265,9 +266,9 @@ def test_lost_jobs_that_never_come_back_are_reported_not_waited_for(tmp_path, re
     producer = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     client = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + 60
-    while client.llen("celery") < 4 and time.monotonic() < deadline:
+    while queued(client) < 4 and time.monotonic() < deadline:
         time.sleep(0.1)
-    client.delete("celery")  # the messages are gone, and no worker will ever see them
+    drop_queue(client)  # the messages are gone, and no worker will ever see them
     out, err = producer.communicate(timeout=120)
     assert producer.returncode == 1, err[-3000:]  # no query got a result: the run failed
     lost = read_run(s3_server, bucket, "lost")

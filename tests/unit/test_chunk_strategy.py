@@ -156,7 +156,7 @@ def test_a_free_ranker_reads_the_whole_filing_in_one_segment_and_an_llm_by_its_b
     data = chunk_input([1] * 50, cost=1000)  # 50,000 tokens
     free, llm = RunConfig(chunk_ranker="financial"), RunConfig(chunk_ranker="llm", segment_tokens=10_000)
     assert free.segment_budget is None and llm.segment_budget == 10_000
-    whole = first_level(data, top_n=5, k=10, budget=free.segment_budget)
+    whole = first_level(data.costs, top_n=5, k=10, budget=free.segment_budget)
     assert whole.segments == [list(range(50))] and whole.k == 5
-    cut = first_level(data, top_n=5, k=10, budget=llm.segment_budget)
+    cut = first_level(data.costs, top_n=5, k=10, budget=llm.segment_budget)
     assert len(cut.segments) >= 5 and cut.k == 10

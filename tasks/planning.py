@@ -1,0 +1,343 @@
+"""The planning task: one question of a set over a corpus, planned on the fleet.
+
+It ranks the filing types (the prior here; any other ranker as a document job this task follows),
+resolves the period, chooses the filings, makes sure each has its chunk input, and enqueues their
+segmented chunk ranking. A question unchanged since the run `--new` starts from, or a pair that
+any run ranked with the same job id, reuses that result at $0. Every step is idempotent by key,
+so a redelivered task (a killed worker) or a re-enqueued one (a resume) adds nothing twice; what
+ends a question here is written by the ledger, like every other outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+import structlog
+from celery import shared_task
+
+from prism.hybrid import dense_scorer
+from prism.ingest.models import Chunking, FilingMeta
+from prism.llm import BudgetExhausted, Gateway, recording
+from prism.models import FILING_TYPES, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, RunManifest, job_id
+from prism.periods import choose_filings, resolve_period
+from prism.questions import Question, company_key
+from prism.segmenting import TokenCounter
+from prism.strategies import chunks
+from tasks.base import JobTask
+from tasks.ranking import enqueue_level, rank_documents
+from workers.corpus import Corpus
+from workers.ledger import Ledger, Outcome, RunLayout
+from workers.messages import ChunkJob, DocumentJob, Job, Priority, QuestionJob
+from workers.runtime import Runtime
+from workers.store import Store, get_model, put_model
+
+log = structlog.get_logger("prism")
+Standing = Literal["unchanged", "new_question", "changed_question", "changed_filings"]
+DocumentState = Literal["done", "reused"]
+NO_FILING = "no filing in scope"
+
+
+class PlanTask(JobTask):
+    message = QuestionJob
+
+    def failed(self, job: QuestionJob, args: tuple, error: str) -> None:
+        ledger = self.runtime.ledger(job.results)
+        ledger.failure(job, error, self.paid(job))
+        ledger.planned(job, _record(job, error=error), 1)
+
+    def skipped(self, job: QuestionJob, args: tuple, error: None) -> None:
+        ledger = self.runtime.ledger(job.results)
+        ledger.skipped(job, self.paid(job))
+        ledger.planned(job, _record(job, error="the run's budget is spent"), 1)
+
+
+@shared_task(name="prism.plan_question", bind=True, base=PlanTask, ignore_result=True)
+def plan_question(self: PlanTask, message: dict) -> None:
+    job, rt = QuestionJob.model_validate(message), self.runtime
+    ledger = rt.ledger(job.results)
+    view: CorpusView = rt.kept(("corpus", job.corpus, job.corpus_at), lambda: CorpusView.read(rt, job.corpus))
+    pool = view.pool(job.question.scope.company)
+    plan = _record(job, pool=view.digest(pool))
+    if job.since is not None:
+        earlier: Earlier = rt.kept(("earlier", job.results, job.since), lambda: Earlier.read(rt, job))
+        plan.since = earlier.compare(job, plan)
+        if plan.since == "unchanged" and earlier.reuse(job, plan, ledger):
+            ledger.planned(job, plan, plan.outcomes)
+            return
+        if plan.since == "unchanged":  # an earlier result is missing: ranked again
+            plan.since = "changed_filings"
+    forms = _forms(rt, ledger, job, message)
+    if forms is None:
+        return  # its document job is on the fleet and plans the question again when it is done
+    scores, plan.forms_ranked_by, plan.documents = forms
+    q = job.question
+    period = resolve_period(q.question, q.scope.period)
+    plan.period = period.label()
+    choices = choose_filings(period, scores, pool, job.filings_per_question, q.scope.form_types)
+    if not choices:
+        plan.error = _no_filing(job, period.label())
+        if not ledger.has_outcome(job):
+            ledger.failure(job, plan.error, self.paid(job))
+        ledger.planned(job, plan, plan.outcomes)
+        return
+    budget = rt.budget(job)
+    for rank, choice in enumerate(choices, start=1):
+        fid, version = choice.filing_id, view.versions[choice.filing_id]
+        pair = ChunkJob(
+            **_common(job),
+            job_id=pair_job_id(q.question, fid, version, job.config),
+            query_id=pair_id(q.id, fid),
+            input_key="",
+            n_candidates=0,
+        )
+        planned = PlannedPair(
+            query_id=pair.query_id,
+            filing=fid,
+            version=version,
+            filing_rank=rank,
+            filing_score=choice.score,
+            reason=choice.reason,
+            state="enqueued",
+        )
+        if ledger.has_outcome(pair):
+            planned.state = "done"
+        elif job.reuse and ledger.reuse_by_id(pair):
+            planned.state = "reused"
+        elif budget is not None and budget.exhausted():
+            ledger.skipped(pair, [])
+            planned.state = "pending"
+        else:
+            planned.segments = _enqueue_pair(rt, job, pair, fid, version)
+        plan.pairs.append(planned)
+    ledger.planned(job, plan, plan.outcomes)
+    log.info("question planned", filings=[p.filing for p in plan.pairs], states=[p.state for p in plan.pairs])
+
+
+# -- what a question is planned from ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusView:
+    """What planning reads of a corpus: each filing's metadata and latest version, by company."""
+
+    versions: dict[str, str]
+    everything: list[tuple[str, FilingMeta]]
+    by_company: dict[str, list[tuple[str, FilingMeta]]]
+
+    @classmethod
+    def read(cls, rt: Runtime, uri: str) -> CorpusView:
+        manifest = Corpus(rt.store(uri)).manifest()
+        everything = [(fid, entry.meta) for fid, entry in manifest.filings.items()]
+        by_company: dict[str, list[tuple[str, FilingMeta]]] = {}
+        for fid, meta in everything:
+            if meta.company:
+                by_company.setdefault(company_key(meta.company), []).append((fid, meta))
+        return cls({fid: e.latest for fid, e in manifest.filings.items()}, everything, by_company)
+
+    def pool(self, company: str | None) -> list[tuple[str, FilingMeta]]:
+        return self.by_company.get(company_key(company), []) if company else self.everything
+
+    def digest(self, pool: list[tuple[str, FilingMeta]]) -> str:
+        """The filings of a scope at their versions: unchanged while none is added, changed or removed."""
+        return digest(sorted((fid, self.versions[fid]) for fid, _ in pool))
+
+
+class Earlier:
+    """The run a `--new` run starts from: each question as it was planned there."""
+
+    def __init__(self, run_id: str, questions: dict[str, dict], config: RunConfig, filings_per_question: int | None):
+        self.run_id, self.questions, self.config, self.filings_per_question = (
+            run_id,
+            questions,
+            config,
+            filings_per_question,
+        )
+
+    @classmethod
+    def read(cls, rt: Runtime, job: QuestionJob) -> Earlier:
+        assert job.since is not None
+        store, layout = rt.store(job.results), RunLayout(job.since)
+        manifest = get_model(store, layout.file("manifest.json"), RunManifest)
+        lines = store.get(layout.file("questions.jsonl")).decode().splitlines()
+        questions = {r["question_id"]: r for r in map(json.loads, filter(None, lines))}
+        return cls(job.since, questions, manifest.config, manifest.settings.get("filings_per_question"))
+
+    def compare(self, job: QuestionJob, plan: QuestionPlan) -> Standing:
+        """How the question stands against the earlier run: unchanged (same text and scope,
+        every filing in its scope at the same version, the same configuration) or why not."""
+        before = self.questions.get(plan.question_id)
+        if before is None:
+            return "new_question"
+        if before["question"] != plan.question or before["scope"] != plan.scope:
+            return "changed_question"
+        same_config = self.config.fingerprint() == job.config.fingerprint()
+        same = same_config and self.filings_per_question == job.filings_per_question
+        if not same or before.get("pool") != plan.pool or not before.get("pairs"):
+            return "changed_filings"
+        return "unchanged"
+
+    def reuse(self, job: QuestionJob, plan: QuestionPlan, ledger: Ledger) -> bool:
+        """The earlier run's results of the question's pairs, as this run's; False when one is
+        missing (nothing is reused then: the question is ranked again)."""
+        before = self.questions[plan.question_id]
+        earlier = RunLayout(self.run_id)
+        pairs = [PlannedPair.model_validate(p) for p in before["pairs"]]
+        if not all(ledger.store.exists(earlier.result("chunks", p.query_id)) for p in pairs):
+            return False
+        for p in pairs:
+            pair = ChunkJob(**_common(job), job_id="", query_id=p.query_id, input_key="", n_candidates=0)
+            if not ledger.has_outcome(pair):
+                ledger.reused(pair, earlier.result("chunks", p.query_id))
+            plan.pairs.append(p.model_copy(update={"state": "reused", "since": self.run_id, "segments": 0}))
+        plan.period, plan.forms_ranked_by = before.get("period", ""), before.get("forms_ranked_by", "")
+        return True
+
+
+# -- the steps ------------------------------------------------------------------------------------
+
+
+def _forms(
+    rt: Runtime, ledger: Ledger, job: QuestionJob, message: dict
+) -> tuple[dict[str, float], str, DocumentState | None] | None:
+    """The form types' scores, who ranked them, and the state of the question's document job;
+    None while that job runs (enqueued here, with this task to follow it). A document ranking
+    that failed falls back to the prior, and says so."""
+    config, q = job.config, job.question
+    if config.doc_ranker == "prior":
+        return _prior_scores(rt, config, q), "prior", None
+    query = Query(id=q.id, task="documents", question=q.question, candidates=list(FILING_TYPES), line=q.line)
+    common = _common(job) | {"job_id": job_id(query, config), "query_id": q.id}
+    doc = DocumentJob(**common, question=q.question, candidates=query.candidates)
+    layout = RunLayout(job.run_id)
+    state: DocumentState
+    if ledger.has_outcome(doc):
+        state = "done"
+    elif job.reuse and ledger.reuse_by_id(doc):
+        state = "reused"
+    elif ledger.store.exists(layout.outcome(Outcome.SKIPPED, "documents", q.id)):
+        raise BudgetExhausted("the run's budget stopped its document ranking")
+    else:
+        follow = plan_question.si(message).set(priority=Priority.FOLLOW_UP)
+        rank_documents.apply_async((doc.model_dump(mode="json"),), priority=Priority.FIRST_ROUND, link=follow)
+        return None
+    try:
+        ranking = get_model(ledger.store, layout.result("documents", q.id), JobResult).ranking
+    except KeyError:  # it failed: its failure is stored, and the prior stands in
+        return _prior_scores(rt, config, q), f"prior ({config.doc_ranker} document ranking failed)", state
+    positions = {i: p for p, i in enumerate(ranking.indices)}
+    n = len(FILING_TYPES)
+    return {f: float(n - positions.get(i, n)) for i, f in enumerate(FILING_TYPES)}, str(config.doc_ranker), state
+
+
+def _prior_scores(rt: Runtime, config: RunConfig, q: Question) -> dict[str, float]:
+    prior = rt.prior(config)
+    return {f: float(v) for f, v in zip(FILING_TYPES, prior.predict([q.question])[0], strict=True)}
+
+
+def _enqueue_pair(rt: Runtime, job: QuestionJob, pair: ChunkJob, fid: str, version: str) -> int:
+    """The pair's chunk input (the filing's shared one, made once per version and budget, or its
+    own after a pre-filter), then its first-level segments; returns how many."""
+    config, corpus = job.config, Corpus(rt.store(job.corpus))
+    counter = rt.counter(Chunking().encoding)
+    if config.prefilters:  # the kept chunks depend on the question: an input per pair
+        filing = corpus.get_filing(fid, version)
+        texts = [c.text for c in filing.chunks]
+        key, data = prefiltered_input(
+            rt.store(job.results),
+            pair,
+            job.question.question,
+            texts,
+            counter,
+            rt.gateway,
+            corpus.counts(filing, counter),
+        )
+        costs, ready = data.costs, pair.model_copy(update={"input_key": key, "n_candidates": len(filing.chunks)})
+    else:
+        key, shared = corpus.input_for(fid, version, config.segment_tokens, counter)
+        costs = shared.costs
+        update = {"input_key": key, "n_candidates": len(costs), "corpus": corpus.store.uri}
+        ready = pair.model_copy(update=update | {"question": job.question.question})
+    level = chunks.first_level(costs, config.top_n, config.segment_top_k, config.segment_budget)
+    enqueue_level(ready, 0, level)
+    return len(level.segments)
+
+
+def prefiltered_input(
+    store: Store,
+    job: Job,
+    question: str,
+    texts: list[str],
+    counter: TokenCounter,
+    gateway: Gateway | None,
+    counts: list[int] | None = None,
+) -> tuple[str, chunks.ChunkInput]:
+    """The chunks the pre-filter keeps for this question, stored as the query's own input (before
+    the jobs that read it are enqueued); a pre-filter on an API embedder is paid, so its calls are
+    kept, each under a key of its own: a resumed run that embeds again adds, never replaces."""
+    layout, config = RunLayout(job.run_id), job.config
+    with recording() as calls:
+        data = chunks.prepare(
+            question,
+            texts,
+            counter,
+            config.segment_tokens,
+            config.prefilter_keep,
+            dense_scorer(config.dense, gateway),
+            counts=counts,
+            share=config.prefilter_share,
+        )
+    if calls:
+        Ledger(store, None).spent(job, calls, "pre-filter embeddings", f"prefilter-{job.job_id}-{uuid.uuid4().hex[:8]}")
+    key = layout.input(job.query_id)
+    put_model(store, key, data)
+    return key, data
+
+
+# -- small pieces ---------------------------------------------------------------------------------
+
+
+def pair_id(question_id: str, filing_id: str) -> str:
+    return f"{question_id}@{filing_id}"
+
+
+def pair_job_id(question: str, filing_id: str, version: str, config: RunConfig) -> str:
+    """Same question, same filing version, same config: same id (reused at $0 by later runs)."""
+    return digest(["chunks", question, filing_id, version, config.fingerprint()])
+
+
+def digest(value: object) -> str:
+    """A short content hash of a JSON value."""
+    return hashlib.sha256(json.dumps(value, ensure_ascii=False).encode()).hexdigest()[:24]
+
+
+def _common(job: QuestionJob) -> dict:
+    fields = ("run_id", "results", "line", "source", "config", "budget_usd", "via")
+    return {name: getattr(job, name) for name in fields}
+
+
+def _record(job: QuestionJob, **fields) -> QuestionPlan:
+    q = job.question
+    return QuestionPlan(
+        question_id=q.id,
+        question=q.question,
+        line=q.line,
+        source=job.source,
+        scope=q.scope.model_dump(mode="json"),
+        qrels=[r.model_dump(mode="json", exclude_none=True) for r in q.qrels],
+        answer=q.answer,
+        **fields,
+    )
+
+
+def _no_filing(job: QuestionJob, period: str) -> str:
+    scope = job.question.scope
+    what = [f"company {scope.company!r}" if scope.company else "any company"]
+    if scope.form_types:
+        what.append(f"form types {', '.join(scope.form_types)}")
+    if period != "latest":
+        what.append(f"period {period}")
+    return f"{NO_FILING}: the corpus {job.corpus} holds no filing of {' and '.join(what)}"
