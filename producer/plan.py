@@ -37,6 +37,10 @@ from workers.store import open_input, put_model, s3_client
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
 
+class RunError(Exception):
+    """A run cannot start or go on; the message says why in one line."""
+
+
 @dataclass
 class Plan:
     documents: int = 0

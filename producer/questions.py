@@ -11,11 +11,12 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 
 from prism.datasets import InputFileError, RowError
 from prism.models import QuestionPlan, RunManifest
 from prism.questions import Question, read_questions
-from producer.plan import Plan, RunSpec, invalid_failure
+from producer.plan import Plan, RunError, RunSpec, invalid_failure
 from tasks.planning import digest, plan_question
 from workers.corpus import Corpus
 from workers.ledger import Ledger, RunLayout
@@ -31,6 +32,9 @@ def enqueue_questions(spec: RunSpec, store: Store, ledger: Ledger, settings: Set
     layout, plan = RunLayout(spec.run_id), Plan()
     corpus = Corpus(open_store(spec.corpus, settings))
     manifest = corpus.manifest()
+    if not manifest.filings:
+        raise RunError(f"--corpus {spec.corpus}: no filings there; ingest some first (prism ingest FILES --corpus ...)")
+    spec = replace(spec, corpus=corpus.store.uri)  # a folder by its absolute path: workers run elsewhere
     versions = {fid: entry.latest for fid, entry in manifest.filings.items()}
     plan.corpus_versions = corpus.put_versions(versions)
     at = manifest.written_at.isoformat() if manifest.written_at else ""

@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from prism.models import QuestionPlan, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
-from producer.plan import Plan, RunSpec, plan_run
+from producer.plan import Plan, RunError, RunSpec, plan_run
 from producer.questions import enqueue_questions, gather, question_changes
 from producer.state import RunState, cost_report
 from workers import keys
@@ -40,10 +40,6 @@ from workers.store import Store, get_model, open_store, put_model
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
 FINISHED = ("complete", "incomplete", "budget_exhausted", "failed", "interrupted")
-
-
-class RunError(Exception):
-    """A run cannot start or go on; the message says why in one line."""
 
 
 def new_run_id() -> str:

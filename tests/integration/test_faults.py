@@ -190,3 +190,56 @@ def test_a_run_with_no_worker_says_so_and_ends_once_one_starts(
         assert producer.wait(timeout=120) == 0, log.read_text()[-3000:]
     run = assert_every_query_once(s3_server, bucket, "no-worker", 3)
     assert run["manifest"]["requeues"] == 0  # waiting jobs are not sent twice
+
+
+def test_a_worker_killed_while_planning_questions_loses_no_question(
+    tmp_path, redis_url, s3_server, bucket, fresh_simulator, start_worker
+):
+    """Questions are planned on the fleet (forms by the LLM, then the filings): a worker killed
+    among the planning tasks, their document jobs and the chunk chords leaves every question
+    with exactly its outcomes once another worker has taken over."""
+    import json
+
+    from prism.testing.simulator import SimulatorConfig
+    from tests.filings import pdf
+    from workers.corpus import ingest_source
+    from workers.store import LocalStore
+
+    fresh_simulator.config = SimulatorConfig(mode="lexical", latency_s=0.2)
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    companies = ["acme", "beta", "gamma", "delta"]
+    for company in companies:
+        for year in (2022, 2023):
+            pages = [
+                f"{company} annual report {year}.",
+                f"Widget revenue was {year - 2000} million in {year}.",
+                "Risks.",
+            ]
+            (folder / f"{company}_{year}_10k.pdf").write_bytes(pdf(pages))
+            meta = {"company": company.capitalize(), "form_type": "10-K", "year": year}
+            (folder / f"{company}_{year}_10k.meta.json").write_text(json.dumps(meta))
+    ingest_source(folder, LocalStore(tmp_path / "corpus"))
+    questions = [
+        {"id": f"q{i}", "question": f"What was widget revenue in FY{2022 + i % 2}?", "scope": {"company": c}}
+        for i, c in enumerate(companies * 4)
+    ]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    env = fleet_env(redis_url, s3_server, fresh_simulator.url, PRISM_STALL_S="4", PRISM_VISIBILITY_TIMEOUT_S="20")
+    victim = start_worker(env)
+    cmd = [str(Path(sys.executable).parent / "prism"), "run", "--questions", "q.jsonl", "--corpus", "corpus"]
+    cmd += ["--results", f"s3://{bucket}/prism", "--run-id", "plan9"]
+    producer = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_results(s3_server, bucket, "plan9", 3)
+    victim.stop(signal.SIGKILL)
+    start_worker(env)
+    finish(producer)
+    run = read_run(s3_server, bucket, "plan9")
+    ids = sorted(r["query_id"] for r in run["results"])
+    expected = sorted(
+        [q["id"] for q in questions]
+        + [f"{q['id']}@{q['scope']['company']}_{2022 + i % 2}_10k" for i, q in enumerate(questions)]
+    )
+    assert ids == expected, (ids, run["failures"])  # each document job and each pair, once
+    assert [f for f in run["failures"] if f["kind"] == "job"] == []
+    assert run["manifest"]["status"] == "complete" and run["manifest"]["counts"]["questions"] == len(questions)
