@@ -328,9 +328,10 @@ def resume(
 @app.command()
 def status(run_id: str, results: ResultsOpt = None) -> None:
     """Done, failed and pending jobs, tokens, USD and the time left."""
-    store, manifest = _runs(_settings()).refresh(run_id, results)
+    runs = _runs(_settings())
+    store, manifest = runs.refresh(run_id, results)
     state = RunState(store, run_id).poll()
-    planned = manifest.counts.get("documents", 0) + manifest.counts.get("chunks", 0)
+    planned = runs.expected(store, manifest)
     cost = cost_report(state)["total"]
     elapsed = (datetime.now(UTC) - manifest.created_at).total_seconds()
     running = manifest.status in ("planning", "running")

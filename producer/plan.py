@@ -15,7 +15,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
@@ -63,7 +63,7 @@ class Plan:
             "chunks": self.chunks,
             "segments": self.segments,
             "invalid_rows": self.invalid_rows,
-        }
+        } | ({"questions": self.questions} if self.questions else {})
 
     @property
     def queries(self) -> int:
@@ -131,11 +131,10 @@ def plan_run(
 ) -> Plan:
     """Enqueue a job for every valid query without an outcome in this run."""
     started = time.monotonic()
-    store, layout, plan, counter = ledger.store, RunLayout(spec.run_id), Plan(), TokenCounter()
-    listed = outcome_keys(store, spec.run_id)
+    store, layout, plan = ledger.store, RunLayout(spec.run_id), Plan()
+    context = _Rows(spec, ledger, TokenCounter(), outcome_keys(store, spec.run_id), budget_spent, gateway)
     files = input_files(spec.input, settings)
     first_line: dict[str, str] = {}
-    shared: dict[str, chunks.Level] = {}  # the segments of each filing input stored, by its candidates' digest
     spools = {name: tempfile.TemporaryFile() for name in ("plan.jsonl", "qrels.jsonl", "warnings.jsonl")}
     plan_file, qrels_file, warnings_file = spools.values()
     try:
@@ -157,9 +156,7 @@ def plan_run(
             if item.qrel:
                 row = {"query_id": item.id, "qrel": item.qrel, "answer": item.answer}
                 qrels_file.write(json.dumps(row).encode() + b"\n")
-            state = _plan_query(
-                item, source, spec, ledger, layout, counter, plan, listed, budget_spent, gateway, shared
-            )
+            state = _plan_query(item, source, context, plan)
             row = {"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}
             plan_file.write(json.dumps(row).encode() + b"\n")
             on_query(plan)
@@ -190,24 +187,26 @@ def invalid_failure(run_id: str, source: str, item: RowError | InputFileError) -
     )
 
 
-def _plan_query(
-    q: Query,
-    source: str,
-    spec: RunSpec,
-    ledger: Ledger,
-    layout: RunLayout,
-    counter: TokenCounter,
-    plan: Plan,
-    listed: set[str],
-    budget_spent: Callable[[], bool],
-    gateway: Gateway | None,
-    shared: dict[str, chunks.Level],
-) -> str:
+@dataclass(frozen=True)
+class _Rows:
+    """What planning a rows input keeps from row to row."""
+
+    spec: RunSpec
+    ledger: Ledger
+    counter: TokenCounter
+    listed: set[str]  # the outcomes the run held when planning began
+    budget_spent: Callable[[], bool]
+    gateway: Gateway | None
+    shared: dict[str, chunks.Level] = field(default_factory=dict)  # each shared filing input's segments
+
+
+def _plan_query(q: Query, source: str, context: _Rows, plan: Plan) -> str:
+    spec, ledger, layout = context.spec, context.ledger, RunLayout(context.spec.run_id)
     if q.task == "documents":
         plan.documents += 1
     else:
         plan.chunks += 1
-    if has_outcome(listed, spec.run_id, q.task, q.id):
+    if has_outcome(context.listed, spec.run_id, q.task, q.id):
         plan.already_done += 1
         return "done"
     common = dict(
@@ -224,7 +223,7 @@ def _plan_query(
     if spec.reuse and ledger.reuse_by_id(Job(task=q.task, **common)):
         plan.reused += 1
         return "reused"
-    if budget_spent():
+    if context.budget_spent():
         plan.not_enqueued += 1
         return Outcome.PENDING
     if q.task == "documents":
@@ -234,19 +233,19 @@ def _plan_query(
     if not spec.config.prefilters:  # rows over one filing (identical candidates) share its input
         digest = hashlib.sha256(json.dumps(q.candidates, ensure_ascii=False).encode()).hexdigest()[:24]
         key = layout.input(f"filing-{digest}")
-        if digest not in shared:
-            data = chunks.prepare("", q.candidates, counter, budget)
+        if digest not in context.shared:
+            data = chunks.prepare("", q.candidates, context.counter, budget)
             put_model(ledger.store, key, data)  # stored before the jobs that read it are enqueued
-            shared[digest] = chunks.first_level(
+            context.shared[digest] = chunks.first_level(
                 data.costs, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget
             )
-        level = shared[digest]
+        level = context.shared[digest]
         job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
         enqueue_level(job, 0, level)
         plan.segments += len(level.segments)
         return "enqueued"
     job = ChunkJob(input_key="", n_candidates=len(q.candidates), **common)
-    key, data = prefiltered_input(ledger.store, job, q.question, q.candidates, counter, gateway)
+    key, data = prefiltered_input(ledger.store, job, q.question, q.candidates, context.counter, context.gateway)
     level = chunks.first_level(data.costs, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget)
     enqueue_level(job.model_copy(update={"input_key": key}), 0, level)
     plan.segments += len(level.segments)

@@ -392,6 +392,17 @@ class Runs:
     def ledger(self, results: str) -> Ledger:
         return self.runtime.ledger(results)
 
+    def expected(self, store: Store, manifest: RunManifest) -> int:
+        """The outcomes a run waits for: its planned queries, or a question set's planned
+        questions' outcomes (one for each question not planned yet)."""
+        questions = manifest.counts.get("questions", 0)
+        if not manifest.corpus or manifest.status not in ("planning", "running"):
+            return manifest.counts.get("documents", 0) + manifest.counts.get("chunks", 0)
+        progress, state = self.runtime.progress, RunState(store, manifest.run_id)
+        if progress is None:
+            return _planned(state, questions)[0]
+        return _total(progress.planned(keys.planned(store.uri, manifest.run_id)), questions)[0]
+
     def open_run(self, run_id: str, results: str | None) -> tuple[Store, RunManifest]:
         check_run_id(run_id)
         store = open_store(results or self.settings.results, self.settings)
