@@ -8,7 +8,7 @@ from celery import Celery
 from celery.signals import celeryd_init, worker_process_init
 
 from workers import keys, logs
-from workers.embedded import BROKER_URL
+from workers.embedded import BROKER_URL, RESULT_BACKEND
 from workers.messages import Priority
 from workers.settings import Settings, SettingsProblem, load_settings
 
@@ -20,7 +20,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         except SettingsProblem as err:  # a worker that cannot start says why in one line
             raise SystemExit(f"prism worker: {err}") from None
     broker = settings.broker_url or BROKER_URL
-    backend = settings.result_backend or settings.broker_url or "cache+memory://"
+    backend = settings.result_backend or settings.broker_url or RESULT_BACKEND
     app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking", "tasks.planning", "tasks.ingest"])
     app.conf.update(
         # A job is acknowledged only once its result is stored; a worker that dies mid-job
