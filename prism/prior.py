@@ -185,17 +185,7 @@ class DocPrior:
 
     @classmethod
     def from_files(cls, files: dict[str, bytes]) -> DocPrior:
-        try:
-            meta = json.loads(files[META])
-            data = files[ARRAYS]
-        except (KeyError, json.JSONDecodeError) as err:
-            raise PriorModelError(f"not a prior model: {err}") from None
-        expected = meta.pop("sha256", None)
-        if expected != _checksum(data, meta):
-            raise PriorModelError(
-                "the prior model's files do not match their checksum: they were changed after fitting; refit it"
-            )
-        meta["sha256"] = expected
+        meta, data = _checked(files)
         with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
             vectorizers = {}
             for name in meta["features"]:
@@ -204,6 +194,27 @@ class DocPrior:
                 vec.idf_ = arrays[f"{name}_idf"]
                 vectorizers[name] = vec
             return cls(vectorizers, arrays["coef"], arrays["intercept"], (arrays["cal_x"], arrays["cal_y"]), meta)
+
+
+def checksum(files: dict[str, bytes]) -> str:
+    """A prior model's checksum, once its files are checked against it; nothing is loaded (a
+    run pins the model by it without paying for scikit-learn)."""
+    return _checked(files)[0]["sha256"]
+
+
+def _checked(files: dict[str, bytes]) -> tuple[dict, bytes]:
+    try:
+        meta = json.loads(files[META])
+        data = files[ARRAYS]
+    except (KeyError, json.JSONDecodeError) as err:
+        raise PriorModelError(f"not a prior model: {err}") from None
+    expected = meta.pop("sha256", None)
+    if expected != _checksum(data, meta):
+        raise PriorModelError(
+            "the prior model's files do not match their checksum: they were changed after fitting; refit it"
+        )
+    meta["sha256"] = expected
+    return meta, data
 
 
 def margin(predicted: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ from importlib.resources import files
 from prism.icl import EXAMPLES, INDEX, ExampleStore, ExampleStoreError
 from prism.icl import META as ICL_META
 from prism.models import RunConfig
-from prism.prior import ARRAYS, META, DocPrior, PriorModelError
+from prism.prior import ARRAYS, META, DocPrior, PriorModelError, checksum
 from prism.registry import NEEDS_PRIOR
 from workers.settings import Settings
 from workers.store import open_store
@@ -33,9 +33,13 @@ EXAMPLE_STORE = Kind(ExampleStore.from_files, (INDEX, EXAMPLES, ICL_META), Examp
 
 
 def _read(kind: Kind, uri: str, settings: Settings):
+    return kind.load(_files(kind, uri, settings))
+
+
+def _files(kind: Kind, uri: str, settings: Settings) -> dict[str, bytes]:
     store = open_store(uri, settings)
     try:
-        return kind.load({name: store.get(name) for name in kind.files})
+        return {name: store.get(name) for name in kind.files}
     except KeyError as err:
         raise kind.error(f"no {kind.what} at {uri}: {err} is missing") from None
 
@@ -62,8 +66,7 @@ def with_prior(config: RunConfig, settings: Settings) -> RunConfig:
     if config.doc_ranker not in NEEDS_PRIOR:
         return config.model_copy(update={"prior": None})
     uri = settings.doc_prior or PACKAGED
-    model = read_prior(uri, settings)
-    return config.model_copy(update={"prior": f"{uri}#{model.meta['sha256']}"})
+    return config.model_copy(update={"prior": f"{uri}#{checksum(_files(PRIOR, uri, settings))}"})
 
 
 def with_examples(config: RunConfig, settings: Settings) -> RunConfig:
