@@ -252,7 +252,8 @@ class PlannedPair(BaseModel):
     reason: str = ""
     state: Literal["enqueued", "done", "reused", "pending"]
     segments: int = 0  # first-level segments enqueued
-    since: str | None = None  # reused from this run (`--new`)
+    since: str | None = None  # reused from this run
+    reused: str | None = None  # the key of the result it reuses there (its outcome, by reference)
 
 
 class QuestionPlan(BaseModel):

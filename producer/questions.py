@@ -18,8 +18,9 @@ from prism.models import QuestionPlan, RunManifest
 from prism.questions import Question, read_questions
 from producer.plan import Plan, RunError, RunSpec, invalid_failure
 from tasks.planning import digest, plan_question
+from workers import keys
 from workers.corpus import Corpus
-from workers.ledger import Ledger, RunLayout
+from workers.ledger import Ledger, Progress, RunLayout
 from workers.messages import QuestionJob
 from workers.settings import Settings
 from workers.store import Store, get_model, open_input, open_store
@@ -99,15 +100,15 @@ def enqueued(store: Store, run_id: str) -> list[dict]:
     return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
-def gather(store: Store, run_id: str) -> tuple[list[QuestionPlan], list[dict]]:
+def gather(store: Store, run_id: str, progress: Progress | None) -> tuple[list[QuestionPlan], list[dict]]:
     """Each enqueued question's plan (planned ones) and the run's plan rows: a planned question's
     document job and pairs, or the question itself while it is not planned (pending); written to
     plan.jsonl and questions.jsonl."""
     layout, plans, rows = RunLayout(run_id), [], []
+    kept = _kept_plans(store, run_id, progress)
     for row in enqueued(store, run_id):
-        try:
-            plan = get_model(store, layout.question(row["question_id"]), QuestionPlan)
-        except KeyError:
+        plan = kept.get(row["question_id"])
+        if plan is None:
             rows.append(row)  # enqueued, not planned yet (or lost)
             continue
         plans.append(plan)
@@ -123,15 +124,33 @@ def gather(store: Store, run_id: str) -> tuple[list[QuestionPlan], list[dict]]:
                 "filing_rank": p.filing_rank,
                 "filing_score": p.filing_score,
             }
-            rows.append(base | {"query_id": p.query_id, "task": "chunks", "state": p.state} | pair | _since(p.since))
+            reuse = {"since": p.since, "reused": p.reused} if p.reused else {}
+            rows.append(base | {"query_id": p.query_id, "task": "chunks", "state": p.state} | pair | reuse)
     store.put(layout.file("plan.jsonl"), "".join(json.dumps(r) + "\n" for r in rows).encode())
     lines = [json.dumps(_question_line(p)) + "\n" for p in plans]
     store.put(layout.file("questions.jsonl"), "".join(lines).encode())
     return plans, rows
 
 
-def _since(run_id: str | None) -> dict:
-    return {"since": run_id} if run_id else {}
+def _kept_plans(store: Store, run_id: str, progress: Progress | None) -> dict[str, QuestionPlan]:
+    """The questions' plans where the ledger keeps them: beside the store (Redis, memory), or in
+    it; once those are gone (a run gathered long ago), as its questions.jsonl holds them."""
+    layout = RunLayout(run_id)
+    if progress is not None:
+        kept = progress.plans(keys.plans(store.uri, run_id))
+        plans = {qid: QuestionPlan.model_validate_json(record) for qid, record in kept.items()}
+    else:
+        plans = {}
+        for key in store.keys(layout.file("questions/")):
+            plan = get_model(store, key, QuestionPlan)
+            plans[plan.question_id] = plan
+    if not plans:
+        try:
+            lines = store.get(layout.file("questions.jsonl")).decode().splitlines()
+        except KeyError:
+            return {}
+        plans = {p.question_id: p for p in (QuestionPlan.model_validate_json(line) for line in lines if line.strip())}
+    return plans
 
 
 def _question_line(plan: QuestionPlan) -> dict:

@@ -27,6 +27,7 @@ from producer.plan import Plan, RunError, RunSpec, plan_run
 from producer.questions import enqueue_questions, gather, question_changes
 from producer.state import RunState, cost_report
 from workers import keys
+from workers import ledger as ledgers
 from workers import runtime as runtimes
 from workers.app import make_app
 from workers.batches import BatchDriver, BatchLimits
@@ -344,22 +345,25 @@ class Runs:
         layout, listed = state.layout, outcome_keys(state.store, state.layout.run_id)
         ledger = self.ledger(state.store.uri)
         error = f"no outcome after {requeues} requeue(s): the job was lost or its chord never completed"
-        for p in _run_rows(state.store, layout):
-            if p["state"] != Outcome.PENDING and not has_outcome(listed, layout.run_id, p["task"], p["query_id"]):
-                ledger.lost(layout.run_id, p["task"], p["query_id"], p["line"], error)
+        for p in _run_rows(state.store, layout, self.runtime.progress):
+            if p["state"] in (Outcome.PENDING, "reused") or has_outcome(
+                listed, layout.run_id, p["task"], p["query_id"]
+            ):
+                continue  # not enqueued (the budget), reused (an outcome by reference) or done
+            ledger.lost(layout.run_id, p["task"], p["query_id"], p["line"], error)
 
     # -- finalize ----------------------------------------------------------------------------
 
     def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
         """The run's status and counts from what is stored, then every report file."""
-        state.poll()
-        failed = state.job_failures
-        outcomes = {(r.task, r.query_id) for r in state.results.values()} | {(f.task, f.query_id) for f in failed}
         if manifest.corpus:  # a question set: its questions' plans, gathered into plan.jsonl and questions.jsonl
-            plans, _ = gather(state.store, manifest.run_id)
+            plans, _ = gather(state.store, manifest.run_id, self.runtime.progress)
             manifest = manifest.model_copy(update={"counts": manifest.counts | _question_counts(plans)})
             if manifest.since and manifest.changes:
                 manifest = manifest.model_copy(update={"changes": question_changes(manifest.changes, plans)})
+        state.poll()  # after the gathering: the results reused by reference are named in plan.jsonl
+        failed = state.job_failures
+        outcomes = {(r.task, r.query_id) for r in state.results.values()} | {(f.task, f.query_id) for f in failed}
         pending = [p for p in _plan_rows(state.store, state.layout) if (p["task"], p["query_id"]) not in outcomes]
         counts = manifest.counts | {
             "done": len(state.results),
@@ -474,10 +478,10 @@ def _question_counts(plans: list[QuestionPlan]) -> dict[str, int]:
     }
 
 
-def _run_rows(store: Store, layout: RunLayout) -> Iterator[dict]:
+def _run_rows(store: Store, layout: RunLayout, progress: ledgers.Progress | None) -> Iterator[dict]:
     """The run's plan rows; a question set's gathered from its questions' plans first."""
     if store.exists(layout.file("questions-enqueued.jsonl")):
-        gather(store, layout.run_id)
+        gather(store, layout.run_id, progress)
     return _plan_rows(store, layout)
 
 

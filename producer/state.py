@@ -41,7 +41,26 @@ class RunState:
         # A skip marker goes once the query is enqueued again (resume) and gets its outcome.
         for key in [k for k, f in self.failures.items() if f.kind == "skipped" and k not in listed]:
             del self.failures[key]
+        self._references()
         return self
+
+    def _references(self) -> None:
+        """Results this run reuses by reference (a question set's unchanged pairs, named in its
+        plan.jsonl once gathered): read from the run that stored them, as this run's, with no
+        calls (nothing was spent on them here)."""
+        try:
+            lines = self.store.get(self.layout.file("plan.jsonl")).decode().splitlines()
+        except KeyError:
+            return
+        for line in lines:
+            if '"reused": "' not in line:
+                continue
+            row = json.loads(line)
+            key = self.layout.result(row["task"], row["query_id"])
+            if key not in self.results:
+                earlier = get_model(self.store, row["reused"], JobResult)
+                update = {"run_id": self.layout.run_id, "reused_from": row["since"], "calls": []}
+                self.results[key] = earlier.model_copy(update=update)
 
     def _without_result(self, kind: str) -> list[Failure]:
         done = {(r.task, r.query_id) for r in self.results.values()}

@@ -105,8 +105,8 @@ def plan_question(self: PlanTask, message: dict) -> None:
         )
         if ledger.has_outcome(pair):
             planned.state = "done"
-        elif job.reuse and ledger.reuse_by_id(pair):
-            planned.state = "reused"
+        elif job.reuse and (found := ledger.reusable(pair)) and ledger.reference(pair, found):
+            planned.state, planned.reused, planned.since = "reused", found, RunLayout.run_of(found)
         elif budget is not None and budget.exhausted():
             ledger.skipped(pair, [])
             planned.state = "pending"
@@ -183,16 +183,18 @@ class Earlier:
     def reuse(self, job: QuestionJob, plan: QuestionPlan, ledger: Ledger) -> bool:
         """The earlier run's results of the question's pairs, as this run's; False when one is
         missing (nothing is reused then: the question is ranked again)."""
-        before = self.questions[plan.question_id]
-        earlier = RunLayout(self.run_id)
+        before, earlier = self.questions[plan.question_id], RunLayout(self.run_id)
         pairs = [PlannedPair.model_validate(p) for p in before["pairs"]]
-        if not all(ledger.store.exists(earlier.result("chunks", p.query_id)) for p in pairs):
+        # The result each pair reuses: the earlier run's own, or the one that run reused in turn.
+        origins = [p.reused or earlier.result("chunks", p.query_id) for p in pairs]
+        if not all(ledger.store.exists(key) for key in origins):
             return False
-        for p in pairs:
+        for p, origin in zip(pairs, origins, strict=True):
             pair = ChunkJob(**_common(job), job_id="", query_id=p.query_id, input_key="", n_candidates=0)
             if not ledger.has_outcome(pair):
-                ledger.reused(pair, earlier.result("chunks", p.query_id))
-            plan.pairs.append(p.model_copy(update={"state": "reused", "since": self.run_id, "segments": 0}))
+                ledger.reference(pair, origin)
+            update = {"state": "reused", "since": RunLayout.run_of(origin), "reused": origin, "segments": 0}
+            plan.pairs.append(p.model_copy(update=update))
         plan.period, plan.forms_ranked_by = before.get("period", ""), before.get("forms_ranked_by", "")
         return True
 

@@ -77,6 +77,11 @@ def planned(store_uri: str, run_id: str) -> str:
     return f"{_run(store_uri, run_id)}:planned"
 
 
+def plans(store_uri: str, run_id: str) -> str:
+    """A question-set run's question plans (JSON), gathered into the run's files when it ends."""
+    return f"{_run(store_uri, run_id)}:plans"
+
+
 def _run(store_uri: str, run_id: str) -> str:
     store = hashlib.sha256(store_uri.encode()).hexdigest()[:12]
     return f"prism:run:{store}:{run_id}"

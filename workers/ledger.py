@@ -1,7 +1,7 @@
 """The run ledger: where a run's records live and the one place that writes a job's outcome.
 
     runs/<run_id>/manifest.json, plan.jsonl, qrels.jsonl, cost.json, failures.jsonl, report.md
-    runs/<run_id>/questions/<name>.json            a question's plan: its forms, filings and pairs
+    runs/<run_id>/questions/<name>.json            a question's plan, where no Redis (or memory) keeps it
     runs/<run_id>/results/<task>/<name>.json       a result                    (Outcome.DONE)
     runs/<run_id>/failures/<task>/<name>.json      a failure and its reason    (Outcome.FAILED)
     runs/<run_id>/skipped/<task>/<name>.json       stopped by the run's budget (Outcome.SKIPPED)
@@ -26,6 +26,7 @@ from typing import Protocol
 
 import redis
 import structlog
+from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel
 
 from prism.models import CallRecord, Failure, JobResult, Ranking, Spent, Task
@@ -80,6 +81,11 @@ class RunLayout:
         return f"{self.base}/batch/{kind}/" + (f"{name}.json" if name else "")
 
     @staticmethod
+    def run_of(key: str) -> str:
+        """The run a record's key belongs to."""
+        return key.split("/")[1]
+
+    @staticmethod
     def index(job_id: str) -> str:
         """Where any run's result for this job id is recorded (for reuse by later runs)."""
         return f"index/jobs/{job_id}"
@@ -108,11 +114,16 @@ class Progress(Protocol):
 
     def count(self, run: str) -> int: ...
 
-    def plan(self, run: str, question: str, outcomes: int) -> None:
-        """A question is planned and waits for this many outcomes (``run``: its planned key)."""
+    def plan(self, planned: str, plans: str, question: str, outcomes: int, record: str) -> None:
+        """A question is planned, with this plan, and waits for this many outcomes (the keys:
+        :func:`workers.keys.planned` and :func:`workers.keys.plans` of its run)."""
 
     def planned(self, run: str) -> tuple[int, int]:
         """How many questions are planned, and the outcomes they wait for in all."""
+        ...
+
+    def plans(self, plans: str) -> dict[str, str]:
+        """Every planned question's plan, by question id."""
         ...
 
 
@@ -133,15 +144,20 @@ class RedisProgress:
     def count(self, run: str) -> int:
         return int(self.client.scard(run))
 
-    def plan(self, run: str, question: str, outcomes: int) -> None:
+    def plan(self, planned: str, plans: str, question: str, outcomes: int, record: str) -> None:
         pipe = self.client.pipeline()
-        pipe.hset(run, question, outcomes)
-        pipe.expire(run, keys.PROGRESS_TTL_S)
+        pipe.hset(plans, question, record)
+        pipe.hset(planned, question, outcomes)  # second: a question counts as planned once its plan is kept
+        for key in (plans, planned):
+            pipe.expire(key, keys.PROGRESS_TTL_S)
         pipe.execute()
 
     def planned(self, run: str) -> tuple[int, int]:
         counts = self.client.hvals(run)
         return len(counts), sum(int(n) for n in counts)
+
+    def plans(self, plans: str) -> dict[str, str]:
+        return {bytes_to_str(q): bytes_to_str(r) for q, r in self.client.hgetall(plans).items()}
 
 
 class MemoryProgress:
@@ -150,6 +166,7 @@ class MemoryProgress:
     def __init__(self) -> None:
         self.finished: dict[str, set[str]] = {}
         self.questions: dict[str, dict[str, int]] = {}
+        self.records: dict[str, dict[str, str]] = {}
 
     def add(self, run: str, name: str) -> None:
         self.finished.setdefault(run, set()).add(name)
@@ -160,12 +177,16 @@ class MemoryProgress:
     def count(self, run: str) -> int:
         return len(self.finished.get(run, ()))
 
-    def plan(self, run: str, question: str, outcomes: int) -> None:
-        self.questions.setdefault(run, {})[question] = outcomes
+    def plan(self, planned: str, plans: str, question: str, outcomes: int, record: str) -> None:
+        self.records.setdefault(plans, {})[question] = record
+        self.questions.setdefault(planned, {})[question] = outcomes
 
     def planned(self, run: str) -> tuple[int, int]:
         counts = self.questions.get(run, {})
         return len(counts), sum(counts.values())
+
+    def plans(self, plans: str) -> dict[str, str]:
+        return dict(self.records.get(plans, {}))
 
 
 def progress_name(task: Task, query_id: str) -> str:
@@ -257,12 +278,9 @@ class Ledger:
         return True
 
     def reuse_by_id(self, job: Job) -> bool:
-        """Reuse the result any earlier run stored for this job id."""
-        try:
-            earlier_key = self.store.get(RunLayout.index(job.job_id)).decode()
-        except KeyError:
-            return False
-        return self.reused(job, earlier_key)
+        """Reuse (copy) the result any earlier run stored for this job id."""
+        earlier_key = self.reusable(job)
+        return earlier_key is not None and self.reused(job, earlier_key)
 
     def has_outcome(self, job: Job) -> bool:
         """Whether the job has its outcome already (counted again, for a resumed run's watcher)."""
@@ -275,10 +293,34 @@ class Ledger:
         return True
 
     def planned(self, job: Job, record: BaseModel, outcomes: int) -> None:
-        """A question's plan, and the number of outcomes it waits for (its watcher's total)."""
-        put_model(self.store, RunLayout(job.run_id).question(job.query_id), record)
-        if self.progress is not None:
-            self.progress.plan(keys.planned(self.store.uri, job.run_id), job.query_id, outcomes)
+        """A question's plan, and the number of outcomes it waits for (its watcher's total):
+        kept beside the store until the run gathers every plan into its files (a night's run
+        writes no file per question), or in the store when there is nothing beside it."""
+        if self.progress is None:
+            put_model(self.store, RunLayout(job.run_id).question(job.query_id), record)
+            return
+        uri = self.store.uri
+        planned, plans = keys.planned(uri, job.run_id), keys.plans(uri, job.run_id)
+        self.progress.plan(planned, plans, job.query_id, outcomes, record.model_dump_json())
+
+    def reference(self, job: Job, earlier_key: str) -> bool:
+        """An earlier run's result as this job's outcome, by reference: its question's plan
+        names it, and nothing is written for it (without a progress store to count it, it is
+        copied instead). False when there is no such result."""
+        if self.progress is None:
+            return self.reused(job, earlier_key)
+        if not self.store.exists(earlier_key):
+            return False
+        self._finished(job, Outcome.DONE, [])
+        return True
+
+    def reusable(self, job: Job) -> str | None:
+        """Where an earlier run stored its result for this job id, if any run did."""
+        try:
+            earlier_key = self.store.get(RunLayout.index(job.job_id)).decode()
+        except KeyError:
+            return None
+        return earlier_key if not earlier_key.startswith(RunLayout(job.run_id).base + "/") else None
 
     def lost(self, run_id: str, task: Task, query_id: str, line: int | None, error: str) -> None:
         """A job the run enqueued that never got an outcome: a failure saying so, unless it has one."""
