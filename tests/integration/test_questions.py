@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tests.filings import pdf
+from workers.ledger import RunLayout
 
 PAGES = {
     "acme_2022_10k": [
@@ -177,6 +178,14 @@ def test_nightly_new_over_a_fleet_ranks_only_the_questions_whose_filing_changed(
     assert (best["rev22"]["filing_id"], best["rev22"]["page"]) == ("acme_2022_10k", "2")
     cost = json.loads(get("cost.json"))
     assert cost["total"]["calls"] > 0 and {j["query_id"] for j in cost["jobs"]} == {"gadgets@beta_2023_10k"}
+    # The unchanged questions' results are the first night's, by reference: no file per question here.
+    stored = client.list_objects_v2(Bucket=bucket, Prefix="prism/runs/night-2/")["Contents"]
+    per_query = sorted(
+        o["Key"].split("night-2/")[1] for o in stored if "/results/" in o["Key"] or "/questions/" in o["Key"]
+    )
+    layout = RunLayout("night-2")
+    expected = [layout.result("chunks", "gadgets@beta_2023_10k"), layout.result("documents", "gadgets")]
+    assert per_query == [key.removeprefix("runs/night-2/") for key in expected], per_query
 
 
 def test_the_evidence_ranker_answers_each_question_from_the_pages_it_cites(tmp_path, simulator):
