@@ -59,7 +59,9 @@ class RunState:
             key = self.layout.result(row["task"], row["query_id"])
             if key not in self.results:
                 earlier = get_model(self.store, row["reused"], JobResult)
-                update = {"run_id": self.layout.run_id, "reused_from": row["since"], "calls": []}
+                # Under this run's query id: the same question may have had another id there.
+                run_id, query_id, since = self.layout.run_id, row["query_id"], row["since"]
+                update = {"run_id": run_id, "query_id": query_id, "reused_from": since, "calls": []}
                 self.results[key] = earlier.model_copy(update=update)
 
     def _without_result(self, kind: str) -> list[Failure]:

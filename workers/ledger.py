@@ -270,8 +270,10 @@ class Ledger:
             return False
         if earlier.run_id == job.run_id:
             return False
+        reused_from = earlier.reused_from or earlier.run_id
+        # Under this job's query id: the same question may have had another id in that run.
         copy = earlier.model_copy(
-            update={"run_id": job.run_id, "reused_from": earlier.reused_from or earlier.run_id, "calls": []}
+            update={"run_id": job.run_id, "query_id": job.query_id, "reused_from": reused_from, "calls": []}
         )
         put_model(self.store, RunLayout(job.run_id).result(job.task, job.query_id), copy, if_absent=True)
         self._finished(job, Outcome.DONE, [])

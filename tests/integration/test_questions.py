@@ -99,6 +99,19 @@ def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
     assert again.returncode == 0, again.stderr
     reran = json.loads((tmp_path / "res" / "runs" / "q2" / "manifest.json").read_text())
     assert reran["counts"]["reused"] == 2 and reran["status"] == "complete", reran["counts"]
+    # The same questions under new ids: reused at $0, and cited under the ids asked now.
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text("".join(json.dumps(r | {"id": f"new-{r['id']}"}) + "\n" for r in rows))
+    cmd_renamed = [prism, "run", "--questions", str(renamed), "--corpus", corpus, "--run-id", "q2b"]
+    assert subprocess.run(cmd_renamed, env=env, capture_output=True, text=True, timeout=300).returncode == 0
+    out = tmp_path / "res" / "runs" / "q2b"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["counts"]["reused"] == 2, manifest["counts"]
+    cited = {
+        r["question_id"]: r["chunk_id"]
+        for r in reversed(list(csv.DictReader(io.StringIO((out / "evidence.csv").read_text()))))
+    }
+    assert cited == {"new-rev22": "acme_2022_10k:p2", "new-rev23": "acme_2023_10k:p3"}
     # A pre-filter makes each pair an input of its own, and keeps the evidence page.
     narrowed = subprocess.run([*cmd[:-1], "q3", "--prefilter-share", "0.6"], env=env, capture_output=True, text=True)
     assert narrowed.returncode == 0, narrowed.stderr
