@@ -5,20 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cache
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
-import Stemmer
 
 from prism.models import Ranking
+
+if TYPE_CHECKING:  # bm25s brings numba (a quarter of a second): imported where an index is built
+    import Stemmer
 
 
 @cache
 def _stemmer() -> Stemmer.Stemmer:
+    import Stemmer
+
     return Stemmer.Stemmer("english")
 
 
 def _tokens(texts: Sequence[str]) -> list[list[str]]:
+    import bm25s
+
     return bm25s.tokenize(list(texts), stopwords="en", stemmer=_stemmer(), return_ids=False, show_progress=False)
 
 
@@ -28,6 +34,8 @@ def bm25_scores(query: str, docs: Sequence[str]) -> np.ndarray:
     query_tokens = _tokens([query])[0]
     if not query_tokens or not any(doc_tokens):
         return np.zeros(len(docs))
+    import bm25s
+
     index = bm25s.BM25()
     index.index(doc_tokens, show_progress=False)
     return np.asarray(index.get_scores(query_tokens), dtype=float)

@@ -38,14 +38,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import bm25s
 import numpy as np
 
 from prism.embeddings import Embedder, normalize
 from prism.lexical import _tokens
 from prism.models import Ranking
+
+if TYPE_CHECKING:
+    import bm25s
 
 SIGNALS = ("bm25", "bigram", "lsa", "period", "statement", "figures")
 
@@ -166,6 +168,8 @@ def _bigrams(tokens: list[list[str]]) -> list[list[str]]:
 def _index(tokens: list[list[str]]) -> bm25s.BM25 | None:
     if not any(tokens):
         return None
+    import bm25s
+
     index = bm25s.BM25()
     index.index([doc or ["\x00"] for doc in tokens], show_progress=False)
     return index
