@@ -61,7 +61,7 @@ def plan_question(self: PlanTask, message: dict) -> None:
     ledger = rt.ledger(job.results)
     view: CorpusView = rt.kept(("corpus", job.corpus, job.corpus_at), lambda: CorpusView.read(rt, job.corpus))
     pool = view.pool(job.question.scope.company)
-    plan = _record(job, pool=view.digest(pool))
+    plan = _record(job, pool=view.pool_digest(pool))
     if job.since is not None:
         earlier: Earlier = rt.kept(("earlier", job.results, job.since), lambda: Earlier.read(rt, job))
         plan.since = earlier.compare(job, plan)
@@ -141,21 +141,19 @@ class CorpusView:
     def pool(self, company: str | None) -> list[tuple[str, FilingMeta]]:
         return self.by_company.get(company_key(company), []) if company else self.everything
 
-    def digest(self, pool: list[tuple[str, FilingMeta]]) -> str:
+    def pool_digest(self, pool: list[tuple[str, FilingMeta]]) -> str:
         """The filings of a scope at their versions: unchanged while none is added, changed or removed."""
         return digest(sorted((fid, self.versions[fid]) for fid, _ in pool))
 
 
+@dataclass(frozen=True)
 class Earlier:
     """The run a `--new` run starts from: each question as it was planned there."""
 
-    def __init__(self, run_id: str, questions: dict[str, dict], config: RunConfig, filings_per_question: int | None):
-        self.run_id, self.questions, self.config, self.filings_per_question = (
-            run_id,
-            questions,
-            config,
-            filings_per_question,
-        )
+    run_id: str
+    questions: dict[str, dict]
+    config: RunConfig
+    filings_per_question: int | None
 
     @classmethod
     def read(cls, rt: Runtime, job: QuestionJob) -> Earlier:
