@@ -374,7 +374,9 @@ class Runs:
             "reused": sum(1 for r in state.results.values() if r.reused_from),
         }
         status, error = settle_status(manifest, counts, budget_spent or bool(state.skipped))
-        now = _now()
+        # A run that had ended keeps its end: a later report does not move its wall time.
+        ended = manifest.status in FINISHED and manifest.finished_at is not None
+        now = manifest.finished_at if ended and manifest.finished_at else _now()
         manifest = manifest.model_copy(
             update={
                 "status": status,
@@ -441,6 +443,8 @@ def settle_status(manifest: RunManifest, counts: dict, budget_spent: bool) -> tu
         return "failed", manifest.error
     if manifest.status == "planning":
         return "interrupted", manifest.error or "the producer stopped while planning"
+    if manifest.status == "interrupted" and counts.get("pending", 0):
+        return "interrupted", manifest.error  # until a resume, whoever finalizes it again
     done, failed, pending = counts.get("done", 0), counts.get("failed", 0), counts.get("pending", 0)
     if manifest.owner and not _alive(manifest.owner) and pending:
         return "interrupted", "the producer stopped before the run ended"

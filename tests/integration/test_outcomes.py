@@ -117,3 +117,9 @@ def test_a_killed_producer_leaves_a_run_the_next_status_calls_interrupted(tmp_pa
     manifest = json.loads(manifest_path.read_text())
     assert manifest["status"] == "interrupted" and manifest["counts"]["pending"] > 0
     assert (results / "runs" / "killed" / "report.md").exists()
+    # A report written later keeps it interrupted (until a resume), with the same end and wall time.
+    again = prism_cli(["report", "killed", "--results", str(results)], env, tmp_path, timeout=60)
+    assert again.returncode == 0, again.stderr
+    reported = json.loads(manifest_path.read_text())
+    assert reported["status"] == "interrupted" and reported["counts"]["pending"] > 0
+    assert (reported["finished_at"], reported["timings"]) == (manifest["finished_at"], manifest["timings"])
