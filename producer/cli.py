@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prism import registry
+from prism.models import RunManifest
 from producer.plan import RunSpec
 from producer.runs import RunEnd, RunError, Runs, check_run_id, new_run_id
 from producer.state import RunState, cost_report
@@ -26,7 +27,7 @@ from workers.batches import batch_summary
 from workers.ledger import last_over
 from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings, SettingsProblem, load_settings
-from workers.store import open_input, open_store
+from workers.store import Store, open_input, open_store
 
 app = typer.Typer(
     help="Rank financial filings for questions with an LLM fleet (the PRISM method).",
@@ -421,18 +422,49 @@ def evaluate(
     runs, compared = _runs(_settings()), {}
     for run_id in run_ids:
         store, manifest = runs.open_run(run_id, results)
+        if manifest.corpus:  # a question set: its evidence against the qrels over (filing, page)
+            typer.echo(json.dumps(_evidence_metrics(runs, store, manifest)))
+            continue
         summary = analysis.summarize(RunState(store, run_id).poll())
         if not summary["metrics"]:
             raise RunError(f"run {run_id} has no qrels to evaluate against")
         store.put(RunLayout(run_id).file("metrics.json"), json.dumps(summary["metrics"], indent=1).encode())
         compared[run_id] = (manifest, summary)
         Console().print(_metrics_table({k: v for k, v in summary["metrics"].items() if "ndcg@5" in v}))
-    if len(compared) == 1:
-        typer.echo(json.dumps(next(iter(compared.values()))[1]["metrics"]))
+    if len(compared) <= 1:
+        if compared:
+            typer.echo(json.dumps(next(iter(compared.values()))[1]["metrics"]))
         return
     comparison = analysis.compare(compared)
     Console(soft_wrap=True).print(analysis.markdown(compared, comparison))
     typer.echo(json.dumps(comparison))
+
+
+def _evidence_metrics(runs: Runs, store: Store, manifest: RunManifest) -> dict:
+    """A question-set run's evidence metrics (filing_top1, evidence recall@5 and NDCG@5), kept
+    in its evidence_metrics.json."""
+    from producer import evidence
+    from workers.corpus import Corpus
+    from workers.ledger import RunLayout
+
+    assert manifest.corpus is not None
+    _, metrics = evidence.evidence_rows(
+        RunState(store, manifest.run_id).poll(), Corpus(runs.runtime.store(manifest.corpus))
+    )
+    if not metrics["judged"]:
+        raise RunError(
+            f"run {manifest.run_id}: none of its {metrics['questions']} questions has qrels over a filing of its corpus"
+        )
+    store.put(RunLayout(manifest.run_id).file("evidence_metrics.json"), json.dumps(metrics, indent=1).encode())
+    table = Table(title=f"run {manifest.run_id}: evidence (k = 5)")
+    for column in ("questions", "judged", "filing top-1", "evidence recall@5", "evidence NDCG@5"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        *(str(metrics[k]) for k in ("questions", "judged")),
+        *(f"{metrics[k]:.4f}" for k in ("filing_top1", "evidence_recall@5", "evidence_ndcg@5")),
+    )
+    Console().print(table)
+    return metrics
 
 
 icl_app = typer.Typer(

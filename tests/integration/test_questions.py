@@ -90,6 +90,9 @@ def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
     assert reasons["bad"]["field"] == "scope.period" and reasons["bad"]["line"] == 4
     metrics = json.loads((folder_out / "evidence_metrics.json").read_text())
     assert metrics["judged"] == 2 and metrics["filing_top1"] == 1.0 and metrics["evidence_recall@5"] == 1.0
+    evaluated = subprocess.run([prism, "eval", "q1"], env=env, capture_output=True, text=True, timeout=120)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout.splitlines()[-1]) == metrics  # the same figures, from the stored run
     report = (folder_out / "report.md").read_text()
     assert "## Evidence" in report and "acme_2022_10k:p2" in report
     # Shared inputs: one per filing version in the corpus, none per question in the run.
