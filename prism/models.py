@@ -217,6 +217,7 @@ class SegmentOutcome(BaseModel):
     segment: int
     started_at: datetime | None = None
     indices: list[int] = []
+    scores: list[float] | None = None  # the ranker's, for its winners, when it scores (the $0 rankers)
     flags: list[Flag] = []
     notes: list[str] = []
     calls: list[CallRecord] = []

@@ -111,6 +111,7 @@ def rank_segment(
         segment=number,
         started_at=started,
         indices=indices,
+        scores=ranking.scores,
         flags=ranking.flags,
         notes=[f"segment {level}.{number}: {n}" for n in ranking.notes],
         calls=calls,
@@ -182,7 +183,8 @@ def after_level(
     if not done:
         raise AllSegmentsFailed("; ".join(f"segment {o.level}.{o.segment}: {o.error}" for o in outcomes))
     if level == 0 and len(outcomes) == 1:
-        return Ranking(indices=done[0].indices[:top_n], details=done[0].details)
+        scores = done[0].scores[:top_n] if done[0].scores else None
+        return Ranking(indices=done[0].indices[:top_n], scores=scores, details=done[0].details)
     pool = sorted({i for o in done for i in o.indices})
     if sum(data.costs[i] for i in pool) <= budget:
         return Pool(pool)
@@ -193,9 +195,12 @@ def after_level(
     return Level(segments, max(top_n, min(k, len(pool) // (2 * len(segments)))))
 
 
-def finish(indices: list[int], outcomes: Sequence[SegmentOutcome], data: ChunkInput) -> Ranking:
-    """The final ranking in the filing's own chunk numbers, with every segment's flags and
-    notes, why it may be incomplete, and the last strategy details."""
+def finish(
+    indices: list[int], outcomes: Sequence[SegmentOutcome], data: ChunkInput, scores: list[float] | None = None
+) -> Ranking:
+    """The final ranking in the filing's own chunk numbers, with its scores where the ranker
+    gives them, every segment's flags and notes, why it may be incomplete, and the last
+    strategy details."""
     flags: list[Flag] = [f for o in outcomes for f in o.flags]
     notes = [n for o in outcomes for n in o.notes]
     failed = [o for o in outcomes if o.error]
@@ -209,6 +214,7 @@ def finish(indices: list[int], outcomes: Sequence[SegmentOutcome], data: ChunkIn
     details = next((o.details for o in reversed(outcomes) if o.details), {})
     return Ranking(
         indices=[origin[i] for i in indices],
+        scores=scores,
         flags=list(dict.fromkeys(flags)),
         notes=notes,
         details=_positions(details, origin),
@@ -261,5 +267,5 @@ def rank_chunks(
     if isinstance(step, Pool):
         final = rerank(pool_ranker, data, step, top_n, current, level)
         outcomes.append(final)
-        step = Ranking(indices=final.indices)
-    return finish(step.indices, outcomes, data), outcomes
+        step = Ranking(indices=final.indices, scores=final.scores)
+    return finish(step.indices, outcomes, data, step.scores), outcomes
