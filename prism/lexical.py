@@ -3,6 +3,7 @@ fallback when an LLM reply cannot be used."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING
@@ -39,6 +40,29 @@ def bm25_scores(query: str, docs: Sequence[str]) -> np.ndarray:
     index = bm25s.BM25()
     index.index(doc_tokens, show_progress=False)
     return np.asarray(index.get_scores(query_tokens), dtype=float)
+
+
+def passage(question: str, text: str, limit: int) -> str:
+    """The part of a chunk that answers the question best, in at most ``limit`` characters: the
+    sentence or line sharing most with it by BM25, with its neighbours while they fit (the whole
+    text when it fits). What an analyst reads first, instead of a page's header."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    pieces = [" ".join(p.split()) for p in re.split(r"(?<=[.!?])\s+|\n+", text) if p.strip()]
+    scores = bm25_scores(question, pieces)
+    lo = hi = int(np.argmax(scores)) if scores.any() else 0
+    size = len(pieces[lo])
+    while True:  # grow by the neighbour after, then the one before, while the window fits
+        if hi + 1 < len(pieces) and size + 1 + len(pieces[hi + 1]) <= limit:
+            hi += 1
+            size += 1 + len(pieces[hi])
+        elif lo > 0 and size + 1 + len(pieces[lo - 1]) <= limit:
+            lo -= 1
+            size += 1 + len(pieces[lo])
+        else:
+            break
+    return " ".join(pieces[lo : hi + 1])[:limit]
 
 
 class LexicalRanker:

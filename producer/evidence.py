@@ -1,6 +1,7 @@
 """The evidence of a question-set run: each question's ranked chunks with their provenance
-(filing, company, form, period, page or section, chunk id, an excerpt, the score), as a table an
-analyst can open (evidence.csv, evidence.parquet), and the metrics over the questions with qrels.
+(filing, company, form, period, page or section, chunk id, the passage that matches the question
+best, the score), as a table an analyst can open (evidence.csv, evidence.parquet), and the
+metrics over the questions with qrels.
 
 Qrels are over (filing, page) or (filing, chunk id): evidence from another filing than the one
 judged scores 0, so choosing the wrong filing costs what it should.
@@ -14,6 +15,7 @@ import json
 from collections.abc import Iterator
 
 from prism.ingest.models import Filing
+from prism.lexical import passage
 from prism.metrics import ndcg_at
 from prism.periods import filing_date
 from producer.state import RunState
@@ -111,7 +113,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
                         "chunk_id": chunk.id,
                         "score": float(scores[position]) if position < len(scores) else None,
                         "grade": grade,
-                        "excerpt": " ".join(chunk.text.split())[:EXCERPT_CHARS],
+                        "excerpt": passage(q["question"], chunk.text, EXCERPT_CHARS),
                         "answer": answer,
                     }
                 )

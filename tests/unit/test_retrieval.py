@@ -186,3 +186,13 @@ def test_a_filing_is_embedded_once_across_questions_processes_and_scorers():
     # A changed filing is a new version: embedded again.
     later.get(FILING[:-1], embedder)
     assert later.embedded == 1 and len(store.saved) == 2 and embedder.filings == 2
+
+
+def test_the_excerpt_is_the_passage_that_answers_not_the_page_header():
+    from prism.lexical import passage
+
+    header = "ACME CORP | 2023 Form 10-K | Table of Contents\n" + "Forward-looking statements apply. " * 8
+    page = header + "\nWidget revenue was 55 million dollars in fiscal 2023, up 12 percent.\nOther items follow."
+    excerpt = passage("What was widget revenue in fiscal 2023?", page, 120)
+    assert "Widget revenue was 55 million dollars" in excerpt and len(excerpt) <= 120
+    assert passage("anything", "A short page.", 120) == "A short page."  # one that fits is whole
