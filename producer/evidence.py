@@ -63,8 +63,16 @@ def _period(filing: Filing) -> str:
     return dated.isoformat() if dated else ""
 
 
+def _across_filings(found: list[tuple]) -> list[tuple]:
+    """A question's chunks from all of its filings as one ranking: each filing's first, then
+    each one's second, and so on, in the filings' chosen order. Not by score: a ranker's scores
+    are its own within one filing (the $0 retriever's are standardised there), and merged they
+    would put another year's best page above the chosen filing's."""
+    return sorted(found, key=lambda e: (e[2], e[1]["filing_rank"]))
+
+
 def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
-    """Every question's evidence, best first (its filings in their chosen order), and the
+    """Every question's evidence, best first across its filings, and the
     metrics: filing_top1, evidence recall@5 and NDCG@5 over the questions with qrels whose
     judged filing is in the corpus."""
     store, layout = state.store, state.layout
@@ -82,7 +90,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
     no_filing = sum(1 for q in questions.values() if not q["filings"])
     for qid, q in questions.items():
         grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in q["qrels"]}
-        ranked: list[tuple[str, int | str | None]] = []
+        chunks: list[tuple[Filing, dict, int, int, float | None, str]] = []  # one entry per ranked chunk
         for pair in sorted(pairs.get(qid, []), key=lambda p: p["filing_rank"]):
             result = results.get(pair["query_id"])
             if result is None:
@@ -90,33 +98,36 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
             key = (pair["filing"], pair["version"])
             if key not in filings:
                 filings[key] = corpus.get_filing(*key)
-            filing = filings[key]
             scores = result.ranking.scores or []
             answer = (result.ranking.details or {}).get("answer") or ""
             for position, index in enumerate(result.ranking.indices):
-                chunk = filing.chunks[index]
-                grade = grades.get((filing.id, chunk.page), grades.get((filing.id, chunk.id)))
-                ranked.append((filing.id, chunk.page if chunk.page is not None else chunk.id))
-                rows.append(
-                    {
-                        "question_id": qid,
-                        "question": q["question"],
-                        "rank": len(ranked),
-                        "filing_id": filing.id,
-                        "filing_rank": pair["filing_rank"],
-                        "company": filing.meta.company or "",
-                        "form_type": filing.meta.form_type or "",
-                        "period": _period(filing),
-                        "page": chunk.page,
-                        "section": chunk.section,
-                        "heading": chunk.heading or "",
-                        "chunk_id": chunk.id,
-                        "score": float(scores[position]) if position < len(scores) else None,
-                        "grade": grade,
-                        "excerpt": passage(q["question"], chunk.text, EXCERPT_CHARS),
-                        "answer": answer,
-                    }
-                )
+                score = float(scores[position]) if position < len(scores) else None
+                chunks.append((filings[key], pair, position, index, score, answer))
+        ranked: list[tuple[str, int | str | None]] = []
+        for filing, pair, _, index, score, answer in _across_filings(chunks):
+            chunk = filing.chunks[index]
+            grade = grades.get((filing.id, chunk.page), grades.get((filing.id, chunk.id)))
+            ranked.append((filing.id, chunk.page if chunk.page is not None else chunk.id))
+            rows.append(
+                {
+                    "question_id": qid,
+                    "question": q["question"],
+                    "rank": len(ranked),
+                    "filing_id": filing.id,
+                    "filing_rank": pair["filing_rank"],
+                    "company": filing.meta.company or "",
+                    "form_type": filing.meta.form_type or "",
+                    "period": _period(filing),
+                    "page": chunk.page,
+                    "section": chunk.section,
+                    "heading": chunk.heading or "",
+                    "chunk_id": chunk.id,
+                    "score": score,
+                    "grade": grade,
+                    "excerpt": passage(q["question"], chunk.text, EXCERPT_CHARS),
+                    "answer": answer,
+                }
+            )
         relevant = {k for k, g in grades.items() if g > 0}
         if not relevant or not {f for f, _ in relevant} & in_corpus:
             continue
