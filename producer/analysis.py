@@ -135,9 +135,14 @@ def markdown(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None)
         for task, lat in s["latency_s"].items():
             tok, usd = s["tokens"][task], s["cost"][task]
             five = " / ".join(f"{lat[k]:.2f}" for k in ("min", "q1", "median", "q3", "max"))
+            if usd["unpriced_calls"]:  # never $0 when some of it is unknown
+                spent = f"unknown ({usd['unpriced_calls']} unpriced call(s))"
+                per_1000 = "unknown"
+            else:
+                spent, per_1000 = f"{usd['usd']:.4f}", f"{usd['usd_per_1000_queries']:.2f}"
             out.append(
                 f"| {task} | {five} | {tok['prompt']} ({tok['prompt_mean']:.0f}) | {tok['completion']} ({tok['completion_mean']:.0f}) | "
-                f"{usd['usd']:.4f} | {usd['usd_per_1000_queries']:.2f} |"
+                f"{spent} | {per_1000} |"
             )
         out.append("")
     if comparison:

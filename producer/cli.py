@@ -21,7 +21,7 @@ from prism import registry
 from prism.models import RunManifest
 from producer.plan import RunSpec
 from producer.runs import RunEnd, RunError, Runs, check_run_id, new_run_id
-from producer.state import RunState, cost_report
+from producer.state import RunState, cost_report, usd_text
 from workers import logs
 from workers.batches import batch_summary
 from workers.ledger import last_over
@@ -351,7 +351,7 @@ def status(run_id: str, results: ResultsOpt = None) -> None:
         str(pending),
         str(len(state.input_failures)),
         str(tokens),
-        f"{float(cost['usd']):.4f}",
+        usd_text(cost),
         eta_text,
     )
     Console().print(table)
@@ -648,9 +648,8 @@ def _print_summary(end: RunEnd) -> None:
     out.print(
         f"queries: {c.get('done', 0)} done ({c.get('reused', 0)} reused), {c.get('failed', 0)} failed, {c.get('pending', 0)} pending; {c.get('invalid_rows', 0)} invalid input rows"
     )
-    unpriced = f" + {total['unpriced_calls']} unpriced call(s)" if total["unpriced_calls"] else ""
     out.print(
-        f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt ({total.get('cached_tokens', 0)} cached at the provider) + {total['completion_tokens']} completion tokens, USD {float(total['usd']):.4f}{unpriced}"
+        f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt ({total.get('cached_tokens', 0)} cached at the provider) + {total['completion_tokens']} completion tokens, USD {usd_text(total)}"
     )
     if savings := cost.get("savings"):
         usd = savings["usd_saved_estimate"]

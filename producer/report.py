@@ -94,12 +94,19 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         prior = (
             f", the document prior {usd('document_prior_usd')} (estimated)" if levers.get("document_prior_usd") else ""
         )
-        out += [
-            "",
-            f"At list price the calls made cost {usd('list_usd')}. Saved by the provider's prompt cache "
-            f"{usd('provider_cache_usd')}, the service tier {usd('service_tier_usd')}, the response cache "
-            f"{usd('response_cache_usd')}{prior} (from the recorded usage).",
-        ]
+        total = cost["total"]
+        saved = (
+            f"Saved by the provider's prompt cache {usd('provider_cache_usd')}, the service tier "
+            f"{usd('service_tier_usd')}, the response cache {usd('response_cache_usd')}{prior} (from the recorded usage)."
+        )
+        if total["usd_known"]:
+            line = f"At list price the calls made cost {usd('list_usd')}. {saved}"
+        elif float(levers.get("list_usd") or 0):  # what is priced, said as such
+            unpriced = f"{total['unpriced_calls']} unpriced call(s)"
+            line = f"At list price the priced calls cost {usd('list_usd')}, the {unpriced} unknown. {saved}"
+        else:
+            line = f"At list price the calls made cost {usd_text(total)}, and so what each lever saved."
+        out += ["", line]
     gaps = [(t, q, c) for q, t, c in state.calls() if c.prompt_token_gap is not None]
     if gaps:
         out += [

@@ -25,7 +25,7 @@ from prism.pricing import PriceTable
 from producer import report
 from producer.plan import Plan, RunError, RunSpec, plan_run
 from producer.questions import enqueue_questions, gather, question_changes
-from producer.state import RunState, cost_report
+from producer.state import RunState, cost_report, usd_text
 from workers import keys
 from workers import ledger as ledgers
 from workers import runtime as runtimes
@@ -277,8 +277,8 @@ class Runs:
                     if time.monotonic() - last_read > 10 or done:
                         state.poll()
                         last_read = time.monotonic()
-                        usd = cost_report(state)["total"]["usd"]
-                        description = f"ranking (failed {len(state.job_failures)}, ${float(usd):.4f}){batches}"
+                        usd = usd_text(cost_report(state)["total"])
+                        description = f"ranking (failed {len(state.job_failures)}, {usd}){batches}"
                         bar_view.update(bar, description=description)
                 except Exception as err:  # noqa: BLE001 - the store or Redis may be down a while
                     bar_view.console.print(

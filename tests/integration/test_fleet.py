@@ -120,3 +120,10 @@ def test_embedded_llm_run_reports_an_unpriced_model_as_unpriced(tmp_path, fresh_
     total = cost["total"]
     assert total["calls"] >= 12 and total["unpriced_calls"] == total["calls"] and Decimal(total["usd"]) == 0
     assert f"{total['calls']} unpriced call(s)" in run.stdout
+    # Unknown is unknown wherever a cost is shown: the summary, the report and prism status.
+    report = (tmp_path / "results" / "runs" / "unpriced" / "report.md").read_text()
+    status = prism_cli(["status", "unpriced"], env, tmp_path)
+    assert status.returncode == 0, status.stderr
+    for shown in (run.stdout, report, status.stdout):
+        assert "0.0000" not in shown and "unknown" in shown, shown[-2000:]
+    assert f"At list price the calls made cost unknown ({total['calls']} unpriced call(s))" in report
