@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -159,6 +160,8 @@ class Settings(BaseSettings):
     def _store_uri(cls, value: str | None) -> str | None:
         if value and value.startswith("s3://") and not urlparse(value).netloc:
             raise ValueError("an s3:// URI needs a bucket: s3://bucket/prefix")
+        if value and not value.startswith("s3://") and Path(value).exists() and not Path(value).is_dir():
+            raise ValueError("a file: a store is a folder (or s3://bucket/prefix)")
         return value
 
     @classmethod
@@ -281,6 +284,8 @@ def load_settings(**overrides) -> Settings:
         return Settings(**overrides)
     except ValidationError as err:
         raise SettingsProblem("\n".join(_describe(e) for e in err.errors())) from None
+    except tomllib.TOMLDecodeError as err:  # the file PRISM_CONFIG names is not TOML
+        raise SettingsProblem(f"PRISM_CONFIG={os.environ.get('PRISM_CONFIG')}: not valid TOML: {err}") from None
     except SettingsError as err:  # a JSON value that does not parse
         field = re.search(r'field "(\w+)"', str(err))
         name = f"PRISM_{field.group(1).upper()}" if field else "a PRISM_* variable"

@@ -71,6 +71,23 @@ def test_an_unknown_key_in_the_config_file_is_an_error(tmp_path):
     assert done.returncode == 2 and f"{config}: unknown key 'qrels_file'" in done.stderr
 
 
+def test_a_config_file_that_is_not_toml_is_one_line_naming_it(tmp_path):
+    config = tmp_path / "prism.toml"
+    config.write_text("top_n = 3\nsegments = [\n")
+    done = _prism(["run"], PRISM_CONFIG=str(config))
+    assert done.returncode == 2 and f"PRISM_CONFIG={config}: not valid TOML" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_a_results_store_that_is_a_file_is_refused_by_name(tmp_path):
+    taken = tmp_path / "results.txt"
+    taken.write_text("not a folder")
+    by_flag = _prism(["run", "--results", str(taken)])
+    by_variable = _prism(["run"], PRISM_RESULTS=str(taken))
+    assert by_flag.returncode == by_variable.returncode == 2
+    assert f"--results={taken}: a file" in by_flag.stderr and f"PRISM_RESULTS={taken}: a file" in by_variable.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
