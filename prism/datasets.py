@@ -412,6 +412,11 @@ def _query(
     line: int,
     warnings: list[RowWarning],
 ) -> Query:
+    if task == "documents" and tuple(candidates) != FILING_TYPES:
+        # Document rankers (the prior above all) score these five types, in this order.
+        got = ", ".join(candidates[:6]) + (", ..." if len(candidates) > 6 else "")
+        expected = ", ".join(FILING_TYPES)
+        raise RowError(line, "candidates", f"a documents row ranks the filing types {expected}; got {got}", query_id)
     empty = [i for i, c in enumerate(candidates) if not c.strip()]
     if empty:
         listed = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")

@@ -44,7 +44,8 @@ def test_eval_rows_use_underscore_id_and_have_no_qrel():
         "messages": [
             {
                 "role": "user",
-                "content": "Question: Who?\n\nTypes:\n[Document Index 0] DEF14A\n\n[Document Index 1] 10-K",
+                "content": "Question: Who?\n\nTypes:\n"
+                + "\n\n".join(f"[Document Index {i}] {t}" for i, t in enumerate(FILING_TYPES)),
             }
         ],
     }
@@ -52,7 +53,7 @@ def test_eval_rows_use_underscore_id_and_have_no_qrel():
     assert (
         query.id == "doc_q1"
         and query.qrel is None
-        and query.candidates == ["DEF14A", "10-K"]
+        and query.candidates == list(FILING_TYPES)
         and query.question == "Who?"
     )
 
@@ -123,3 +124,11 @@ def test_split_prompt_round_trips_our_own_prompts():
                 if examples:  # a query's own examples never sit in the shared prefix of question_last
                     assert (examples in messages[0]["content"]) == (layout == "question_first")
                     assert (examples in messages[1]["content"]) == (layout == "question_last")
+
+
+def test_a_documents_row_must_rank_the_five_filing_types():
+    row = {"id": "d1", "question": "Who is the CFO?", "candidates": ["10-K", "S-1"], "task": "documents"}
+    with pytest.raises(RowError) as caught:
+        parse_row(json.dumps(row), 7)
+    assert (caught.value.line, caught.value.field) == (7, "candidates") and "S-1" in str(caught.value)
+    assert parse_row(json.dumps(row | {"candidates": list(FILING_TYPES)}), 7).task == "documents"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prism.datasets import MAX_DEPTH, InputFileError, Item, RowError, RowWarning, load_queries, read_input
-from prism.models import Query
+from prism.models import FILING_TYPES, Query
 from producer.plan import input_files
 from workers.settings import Settings
 
@@ -158,7 +158,7 @@ def test_grades_are_non_negative_integers_at_candidate_indices(tmp_path, qrel, f
 
 
 def test_optional_fields_may_be_null_and_a_task_may_be_given(tmp_path):
-    (query,) = read(tmp_path, native(qrel=None, task="documents", answer=None))
+    (query,) = read(tmp_path, native(qrel=None, task="documents", answer=None, candidates=list(FILING_TYPES)))
     assert isinstance(query, Query) and query.qrel is None and query.task == "documents" and query.answer is None
     (query,) = read(tmp_path, native(qrel={}, question=" What? "))
     assert isinstance(query, Query) and query.qrel == {} and query.question == " What? "
