@@ -179,7 +179,11 @@ def run(
         assert corpus is not None
         since = last_over(open_store(settings.results, settings), corpus)
         if since is None:
-            console.print(f"--new: no earlier run over {corpus} in {settings.results}; every question is planned")
+            console.print(
+                f"--new: no complete earlier run over {corpus} in {settings.results}; every question is planned"
+            )
+        else:
+            console.print(f"--new: starting from run {since}, the last complete run over {corpus}")
         spec = replace(spec, since=since)
     runs = _runs(settings)
     _print_settings(settings, spec, questions or input or SAMPLE)

@@ -389,7 +389,7 @@ class Runs:
         )
         corpus = Corpus(self.runtime.store(manifest.corpus)) if manifest.corpus else None
         cost, metrics = report.write(state, manifest, pending, corpus)
-        if manifest.corpus and status in ("complete", "incomplete"):
+        if manifest.corpus and status == "complete":  # what a `--new` run may start from
             mark_last_over(state.store, manifest.corpus, manifest.run_id)
         return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
 

@@ -164,7 +164,7 @@ def test_nightly_new_over_a_fleet_ranks_only_the_questions_whose_filing_changed(
     run = ["run", "--questions", f"s3://{bucket}/q/nightly.jsonl", "--corpus", corpus, "--new", "--run-id"]
     first = prism_cli([*run, "night-1"], env, tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr
-    assert "no earlier run over" in first.stderr
+    assert "no complete earlier run over" in first.stderr
     served_first = simulator.stats["ok"]
     assert served_first > 0  # ranked by the LLM on the worker
 
@@ -176,6 +176,7 @@ def test_nightly_new_over_a_fleet_ranks_only_the_questions_whose_filing_changed(
     second = prism_cli([*run, "night-2"], env, tmp_path, timeout=300)
     assert second.returncode == 0, second.stderr
     assert "since run night-1: 0 new and 1 changed filings" in second.stderr, second.stderr
+    assert "--new: starting from run night-1, the last complete run over" in second.stderr
     assert "2 unchanged (their results reused at $0)" in second.stderr
     asked = [r["user"] for r in list(simulator.requests)[-(simulator.stats["ok"] - served_first) :]]
     assert asked and all("Gadget" in text for text in asked)  # only Beta's pair went to the LLM
