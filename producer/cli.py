@@ -628,7 +628,8 @@ def _print_settings(settings: Settings, spec: RunSpec, input_name: str) -> None:
         f"rankers: documents {config.doc_ranker} ({config.doc_prompt}), chunks {config.chunk_ranker} "
         f"({config.chunk_prompt}); models {config.models}"
     )
-    logs.get().info("settings", settings=settings.masked(), config=config.model_dump(mode="json"))
+    # The whole of it is in the run's manifest.json (secrets masked); the terminal gets the lines above.
+    logs.get().debug("settings", settings=settings.masked(), config=config.model_dump(mode="json"))
 
 
 def _metrics_table(metrics: dict) -> Table:

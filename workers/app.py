@@ -5,7 +5,7 @@ broker is configured: the embedded default)."""
 from __future__ import annotations
 
 from celery import Celery
-from celery.signals import celeryd_init, worker_process_init
+from celery.signals import celeryd_init, worker_process_init, worker_ready
 
 from workers import keys, logs
 from workers.embedded import BROKER_URL, RESULT_BACKEND
@@ -70,6 +70,20 @@ def _check_fleet(instance=None, **_):
         )
     logs.configure(settings.log_level)
     logs.get().info("worker settings", settings=settings.masked())
+
+
+@worker_ready.connect
+def _ready(sender=None, **_):
+    """One line a person sees at the default log level once the worker takes jobs."""
+    settings: Settings = sender.app.prism_settings
+    queues = ", ".join(keys.queue_lists())
+    logs.get().info(
+        "worker ready",
+        hostname=sender.hostname,
+        concurrency=sender.controller.concurrency,
+        queues=queues,
+        results=settings.results,
+    )
 
 
 @worker_process_init.connect
