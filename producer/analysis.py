@@ -29,6 +29,7 @@ def summarize(state: RunState) -> dict:
         if not results:
             continue
         latency[task] = five_numbers([(r.finished_at - r.started_at).total_seconds() for r in results])
+        latency[task]["jobs"] = len(results)
         group = cost["by_task"].get(task, {})
         prompt, completion = group.get("prompt_tokens", 0), group.get("completion_tokens", 0)
         tokens[task] = {
@@ -167,8 +168,28 @@ def markdown(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None)
     return "\n".join(out)
 
 
-def plots(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) -> dict[str, bytes]:
-    """Latency box plots, token bars, USD per 1,000 queries, NDCG@5 by configuration."""
+MIN_BOX = 5  # jobs of one task a latency box is drawn from
+
+
+def plots(
+    runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Latency box plots, token bars, USD per 1,000 queries, NDCG@5 by configuration; and the
+    plots left out, with why: one with nothing to show is not drawn (no empty axes at $0)."""
+    names = list(runs)
+    boxes = [(r, t, lat) for r in names for t, lat in runs[r][1]["latency_s"].items() if lat.get("jobs", 0) >= MIN_BOX]
+    bars = [(f"{r[-12:]}\n{t}", s["tokens"][t]) for r in names for s in [runs[r][1]] for t in s["tokens"]]
+    bars = [b for b in bars if b[1]["prompt"] or b[1]["completion"]]
+    scopes = [(f"{r[-12:]} {k}", m["ndcg@5"]) for r in names for k, m in runs[r][1]["metrics"].items() if "ndcg@5" in m]
+    left_out = {}
+    if not boxes:
+        left_out["latency.png"] = f"no task with {MIN_BOX} or more jobs ranked in the run: too few for a box"
+    if not bars:
+        left_out["tokens_cost.png"] = "no LLM tokens: every ranking was at $0"
+    if not (comparison or scopes):
+        left_out["ndcg.png"] = "no NDCG@5: no query has qrels over its own candidates"
+    if len(left_out) == 3:
+        return {}, left_out
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,32 +203,20 @@ def plots(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) ->
         return buffer.getvalue()
 
     out = {}
-    names = list(runs)
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    boxes, labels = [], []
-    for run_id in names:
-        for task, lat in runs[run_id][1]["latency_s"].items():
-            # A box from the five numbers (the per-job latencies are not kept here).
-            boxes.append(
-                {
-                    "med": lat["median"],
-                    "q1": lat["q1"],
-                    "q3": lat["q3"],
-                    "whislo": lat["min"],
-                    "whishi": lat["max"],
-                    "fliers": [],
-                }
-            )
-            labels.append(f"{run_id[-12:]}\n{task}")
     if boxes:
-        ax.bxp(boxes, showfliers=False)
-        ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
-    ax.set_ylabel("job latency (s)")
-    out["latency.png"] = png(fig)
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        # A box from the five numbers (the per-job latencies are not kept here).
+        five = [
+            {"med": b["median"], "q1": b["q1"], "q3": b["q3"], "whislo": b["min"], "whishi": b["max"]}
+            for *_, b in boxes
+        ]
+        ax.bxp([f | {"fliers": []} for f in five], showfliers=False)
+        ax.set_xticks(range(1, len(boxes) + 1), [f"{r[-12:]}\n{t}" for r, t, _ in boxes], fontsize=7)
+        ax.set_ylabel("job latency (s)")
+        out["latency.png"] = png(fig)
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    bars = [(f"{r[-12:]}\n{t}", s["tokens"][t]) for r in names for s in [runs[r][1]] for t in s["tokens"]]
     if bars:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
         xs = range(len(bars))
         left.bar(xs, [b[1]["prompt_mean"] for b in bars], label="prompt")
         left.bar(
@@ -215,35 +224,32 @@ def plots(runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None) ->
         )
         left.set_xticks(list(xs), [b[0] for b in bars], fontsize=7)
         left.legend(fontsize=7)
-    left.set_ylabel("tokens per query")
-    costs = [(f"{r[-12:]}\n{t}", c["usd_per_1000_queries"]) for r in names for t, c in runs[r][1]["cost"].items()]
-    if costs:
+        left.set_ylabel("tokens per query")
+        costs = [(f"{r[-12:]}\n{t}", c["usd_per_1000_queries"]) for r in names for t, c in runs[r][1]["cost"].items()]
         right.bar(range(len(costs)), [c[1] for c in costs], color="tab:green")
         right.set_xticks(range(len(costs)), [c[0] for c in costs], fontsize=7)
-    right.set_ylabel("USD per 1,000 queries")
-    out["tokens_cost.png"] = png(fig)
+        right.set_ylabel("USD per 1,000 queries")
+        out["tokens_cost.png"] = png(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    if comparison:
-        picked = [
-            (name, row["all"] if "all" in row else next((row[t] for t in TASKS if t in row), None))
-            for name, row in comparison["configurations"].items()
-        ]
-        rows: list[tuple[str, dict]] = [(n, st) for n, st in picked if st]
-        ax.bar(
-            range(len(rows)),
-            [st["mean"] for _, st in rows],
-            yerr=[st["mean"] - st["ci95_low"] for _, st in rows],
-            capsize=4,
-        )
-        ax.set_xticks(range(len(rows)), [n[:40] for n, _ in rows], fontsize=6, rotation=20, ha="right")
-    else:
-        scopes = [
-            (f"{r[-12:]} {k}", m["ndcg@5"]) for r in names for k, m in runs[r][1]["metrics"].items() if "ndcg@5" in m
-        ]
-        ax.bar(range(len(scopes)), [v for _, v in scopes])
-        ax.set_xticks(range(len(scopes)), [n for n, _ in scopes], fontsize=7, rotation=20, ha="right")
-    ax.set_ylabel("NDCG@5")
-    ax.set_ylim(0, 1)
-    out["ndcg.png"] = png(fig)
-    return out
+    if comparison or scopes:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        if comparison:
+            picked = [
+                (name, row["all"] if "all" in row else next((row[t] for t in TASKS if t in row), None))
+                for name, row in comparison["configurations"].items()
+            ]
+            rows: list[tuple[str, dict]] = [(n, st) for n, st in picked if st]
+            ax.bar(
+                range(len(rows)),
+                [st["mean"] for _, st in rows],
+                yerr=[st["mean"] - st["ci95_low"] for _, st in rows],
+                capsize=4,
+            )
+            ax.set_xticks(range(len(rows)), [n[:40] for n, _ in rows], fontsize=6, rotation=20, ha="right")
+        else:
+            ax.bar(range(len(scopes)), [v for _, v in scopes])
+            ax.set_xticks(range(len(scopes)), [n for n, _ in scopes], fontsize=7, rotation=20, ha="right")
+        ax.set_ylabel("NDCG@5")
+        ax.set_ylim(0, 1)
+        out["ndcg.png"] = png(fig)
+    return out, left_out

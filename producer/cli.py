@@ -386,9 +386,11 @@ def report(
         folder = "reports/" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         store.put(f"{folder}/comparison.json", json.dumps(comparison, indent=1).encode())
         text = "# Comparison\n\n" + analysis.markdown(compared, comparison)
-        for name, image in analysis.plots(compared, comparison).items():
+        images, left_out = analysis.plots(compared, comparison)
+        for name, image in images.items():
             store.put(f"{folder}/{name}", image)
             text += f"\n![{name}]({name})\n"
+        text += "".join(f"\n_{name} is left out: {why}._\n" for name, why in left_out.items())
         store.put(f"{folder}/report.md", text.encode())
         Console(soft_wrap=True).print(text)
         console.print(f"written to {store.uri}/{folder}/")

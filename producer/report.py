@@ -37,9 +37,11 @@ def write(
     if found is not None:
         text += evidence.markdown(*found)
     text += "\n" + analysis.markdown(runs, None)
-    for name, image in analysis.plots(runs, None).items():
+    images, left_out = analysis.plots(runs, None)
+    for name, image in images.items():
         store.put(layout.file(name), image)
         text += f"\n![{name}]({name})\n"
+    text += "".join(f"\n_{name} is left out: {why}._\n" for name, why in left_out.items())
     store.put(layout.file("report.md"), text.encode())
     put_model(store, layout.file("manifest.json"), manifest)
     return cost, metrics

@@ -176,11 +176,8 @@ def test_repeated_runs_are_compared_per_configuration(tmp_path, fresh_simulator,
     report = prism_cli(["report", *runs[:2], runs[3]], fleet_env(None, None, None), tmp_path)
     assert report.returncode == 0, report.stderr
     (folder,) = (tmp_path / "results" / "reports").iterdir()
-    assert {p.name for p in folder.iterdir()} >= {
-        "report.md",
-        "comparison.json",
-        "latency.png",
-        "tokens_cost.png",
-        "ndcg.png",
-    }
+    assert {p.name for p in folder.iterdir()} >= {"report.md", "comparison.json", "tokens_cost.png", "ndcg.png"}
     assert (folder / "ndcg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Three document and two page jobs a run: too few for a latency box, and the report says so.
+    assert not (folder / "latency.png").exists()
+    assert "latency.png is left out: no task with 5 or more jobs" in (folder / "report.md").read_text()
