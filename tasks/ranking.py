@@ -1,7 +1,8 @@
-"""The three job tasks, happy paths only: what an exception becomes is tasks/base.py's."""
+"""The job tasks, happy paths only: what an exception becomes is tasks/base.py's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import structlog
@@ -11,6 +12,7 @@ from prism.models import CallRecord, Ranking, SegmentOutcome
 from prism.strategies import chunks
 from tasks.base import JobTask
 from workers.messages import AggregateJob, ChunkJob, DocumentJob, Priority, SegmentJob
+from workers.runtime import Runtime
 
 log = structlog.get_logger("prism")
 
@@ -50,6 +52,19 @@ class AggregateTask(JobTask):
         self.runtime.ledger(agg.job.results).skipped(agg.job, self.paid(agg, _segment_calls(agg, args)))
 
 
+class WholeTask(JobTask):
+    """A query whose chunks fit one segment (every query of a $0 ranker): ranked and stored in
+    one task, with no chord to wait on."""
+
+    message = SegmentJob
+
+    def failed(self, seg: SegmentJob, args: tuple, error: str) -> None:
+        self.runtime.ledger(seg.job.results).failure(seg.job, error, self.paid(seg))
+
+    def skipped(self, seg: SegmentJob, args: tuple, error: None) -> None:
+        self.runtime.ledger(seg.job.results).skipped(seg.job, self.paid(seg))
+
+
 def _outcomes(args: tuple) -> list[SegmentOutcome]:
     return [SegmentOutcome.model_validate(o) for o in args[0]]
 
@@ -69,8 +84,23 @@ def rank_documents(self: DocumentTask, message: dict) -> None:
 
 @shared_task(name="prism.rank_segment", bind=True, base=SegmentTask)
 def rank_segment(self: SegmentTask, message: dict) -> dict:
+    return _ranked(self.runtime, SegmentJob.model_validate(message)).model_dump(mode="json")
+
+
+@shared_task(name="prism.aggregate_segments", bind=True, base=AggregateTask, ignore_result=True)
+def aggregate_segments(self: AggregateTask, outcomes: list[dict], message: dict) -> None:
+    agg = AggregateJob.model_validate(message)
+    _aggregate(self.runtime, agg, _outcomes((outcomes,)), lambda: self.paid(agg, _segment_calls(agg, (outcomes,))))
+
+
+@shared_task(name="prism.rank_whole", bind=True, base=WholeTask, ignore_result=True)
+def rank_whole(self: WholeTask, message: dict) -> None:
     seg = SegmentJob.model_validate(message)
-    rt = self.runtime
+    _aggregate(self.runtime, AggregateJob(job=seg.job, level=0), [_ranked(self.runtime, seg)], lambda: self.paid(seg))
+
+
+def _ranked(rt: Runtime, seg: SegmentJob) -> SegmentOutcome:
+    """One segment ranked: its winners, or why there are none, with the calls of its earlier tries."""
     data = rt.chunk_input(seg.job)
     outcome = chunks.rank_segment(
         rt.ranker(seg.job.config, "segments"), data, seg.indices, seg.k, seg.level, seg.number
@@ -78,26 +108,25 @@ def rank_segment(self: SegmentTask, message: dict) -> dict:
     if outcome.error:
         log.warning("segment failed", error=outcome.error)
     outcome.calls = seg.carried + outcome.calls
-    return outcome.model_dump(mode="json")
+    return outcome
 
 
-@shared_task(name="prism.aggregate_segments", bind=True, base=AggregateTask, ignore_result=True)
-def aggregate_segments(self: AggregateTask, outcomes: list[dict], message: dict) -> None:
-    agg = AggregateJob.model_validate(message)
-    job, level, config, rt = agg.job, agg.level, agg.job.config, self.runtime
-    current = _outcomes((outcomes,))
+def _aggregate(
+    rt: Runtime, agg: AggregateJob, current: list[SegmentOutcome], paid: Callable[[], list[CallRecord]]
+) -> None:
+    """What follows a level's segments: the stored ranking, one more level, or the pool re-rank
+    then the stored ranking; a failure or a skip with ``paid()``, the calls made so far."""
+    job, level, config = agg.job, agg.level, agg.job.config
     everything = agg.earlier + current
     if any(o.budget_exhausted for o in current):
-        rt.ledger(job.results).skipped(job, self.paid(agg, _segment_calls(agg, (outcomes,))))
+        rt.ledger(job.results).skipped(job, paid())
         return
     data = rt.chunk_input(job)
     rt.checkpoint("aggregate")
     try:
         step = chunks.after_level(current, data, config.top_n, config.segment_top_k, config.segment_tokens, level)
     except chunks.AllSegmentsFailed as err:
-        rt.ledger(job.results).failure(
-            job, f"every segment failed: {err}", self.paid(agg, _segment_calls(agg, (outcomes,)))
-        )
+        rt.ledger(job.results).failure(job, f"every segment failed: {err}", paid())
         return
     if isinstance(step, chunks.Level):
         enqueue_level(job, level + 1, step, everything, agg.carried)
@@ -123,7 +152,12 @@ def enqueue_level(
     earlier: list[SegmentOutcome] | None = None,
     carried: list[CallRecord] | None = None,
 ) -> None:
-    """One chord per level: every segment in parallel, then the aggregation."""
+    """One chord per level: every segment in parallel, then the aggregation; a first level of
+    one segment is one task."""
+    if level == 0 and len(plan.segments) == 1:
+        single = SegmentJob(job=job, level=0, number=0, indices=plan.segments[0], k=plan.k)
+        rank_whole.apply_async((single.model_dump(mode="json"),), priority=Priority.FIRST_ROUND)
+        return
     priority = Priority.FIRST_ROUND if level == 0 else Priority.FOLLOW_UP
     header = [
         rank_segment.s(SegmentJob(job=job, level=level, number=i, indices=seg, k=plan.k).model_dump(mode="json")).set(
