@@ -291,7 +291,7 @@ class Ledger:
             self.store.exists(layout.outcome(o, job.task, job.query_id)) for o in (Outcome.DONE, Outcome.FAILED)
         ):
             return False
-        self._count(job)
+        self._count(job.run_id, job.task, job.query_id)
         return True
 
     def planned(self, job: Job, record: BaseModel, outcomes: int) -> None:
@@ -328,8 +328,7 @@ class Ledger:
         """A job the run enqueued that never got an outcome: a failure saying so, unless it has one."""
         failure = Failure(run_id=run_id, kind="job", task=task, query_id=query_id, line=line, error=error)
         if put_model(self.store, RunLayout(run_id).outcome(Outcome.FAILED, task, query_id), failure, if_absent=True):
-            if self.progress is not None:
-                self.progress.add(keys.progress(self.store.uri, run_id), progress_name(task, query_id))
+            self._count(run_id, task, query_id)
 
     def invalid(self, failure: Failure, source: str, line: int) -> None:
         """A bad input row or file: it never becomes a job."""
@@ -358,13 +357,13 @@ class Ledger:
         self.on_outcome(job, "duplicate", calls)
 
     def _finished(self, job: Job, outcome: Outcome, calls: list[CallRecord]) -> None:
-        self._count(job)
+        self._count(job.run_id, job.task, job.query_id)
         self.on_outcome(job, outcome.value, calls)
 
-    def _count(self, job: Job) -> None:
+    def _count(self, run_id: str, task: Task, query_id: str) -> None:
         if self.progress is not None:
             try:
-                self.progress.add(keys.progress(self.store.uri, job.run_id), progress_name(job.task, job.query_id))
+                self.progress.add(keys.progress(self.store.uri, run_id), progress_name(task, query_id))
             except redis.RedisError as err:  # the watcher falls back to listing the store
                 log.warning("progress not counted", error=str(err))
 
