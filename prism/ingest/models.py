@@ -17,7 +17,12 @@ ChunkFlag = Literal["empty", "split"]
 # come from the file name or the text, not from a metadata file (FilingMeta.guessed says which).
 FilingFlag = Literal["empty_pages", "guessed_metadata", "decoded_cp1252"]
 # The metadata fields a filing can have guessed.
-MetaField = Literal["company", "form_type", "fiscal_year", "fiscal_quarter", "period_end"]
+MetaField = Literal["company", "form_type", "fiscal_year", "fiscal_quarter", "period_end", "cik", "ticker", "filed"]
+# Where a metadata field came from, most trusted first; "cover" and "file-name" are guesses.
+MetaOrigin = Literal["metadata", "sgml-header", "dei", "cover", "file-name"]
+GUESSED_ORIGINS: frozenset[str] = frozenset({"cover", "file-name"})
+# html, text, pdf: read into pages; the rest are kept out of the text and listed as skipped.
+DocumentKind = Literal["html", "text", "pdf", "xbrl-xml", "binary", "other"]
 
 
 class Chunking(BaseModel):
@@ -34,10 +39,14 @@ class FilingMeta(BaseModel):
     form_type: str | None = None  # one of prism.models.FILING_TYPES when known ("10-K", "10-Q", ...)
     fiscal_year: int | None = Field(None, ge=1900, le=2200)
     fiscal_quarter: int | None = Field(None, ge=1, le=4)
-    period_end: date | None = None
+    period_end: date | None = None  # the period reported on; an 8-K's event date
+    cik: str | None = None  # SEC Central Index Key, ten digits with leading zeros
+    ticker: str | None = None
+    filed: date | None = None
     source_uri: str
     name: str | None = None  # the filing's own name (file stem, FinanceBench doc_name)
-    guessed: list[MetaField] = []  # fields taken from the file name or text, not given
+    guessed: list[MetaField] = []  # fields taken from the cover page or the file name, not given or declared
+    origins: dict[str, MetaOrigin] = {}  # field -> where its value came from
     extra: dict[str, str | int | float | bool | None] = {}  # other fields of the metadata file, kept as given
 
 
@@ -46,7 +55,9 @@ class Chunk(BaseModel):
     # (candidate 7 of a benchmark row); numbers from 1.
     id: str
     index: int  # 0-based position in the filing: the candidate index a ranking returns
-    page: int | None = None  # 1-based page number, as a PDF viewer shows it
+    page: int | None = None  # 1-based physical page: as a PDF viewer shows it; across a submission's documents
+    printed_page: str | None = None  # the page number printed on that page ("12", "F-3"), when it prints one
+    document: str | None = None  # the document of a submission it comes from ("10-Q", "EX-99.1")
     section: int | None = None  # 1-based section number (text before the first heading is section 1 when any)
     heading: str | None = None  # the section's heading line ("Item 1A. Risk Factors")
     text: str
@@ -54,13 +65,26 @@ class Chunk(BaseModel):
     flags: list[ChunkFlag] = []
 
 
+class Document(BaseModel):
+    """One document of a filing (an EDGAR submission holds the form and its exhibits), in file order."""
+
+    type: str  # "10-Q", "EX-99.1", "GRAPHIC"
+    sequence: int | None = None
+    filename: str | None = None
+    description: str | None = None
+    kind: DocumentKind
+    pages: tuple[int, int] | None = None  # its first and last physical page; None when it gave none
+    skipped: str | None = None  # why its content is not in the text ("uuencoded binary", "XBRL")
+
+
 class Filing(BaseModel):
     id: str = Field(min_length=1)
-    version: str  # sha256 over the source bytes, the chunking and the given metadata: any change, a new version
+    version: str  # digest of the extracted text, the chunking and the metadata: new bytes, same text, same version
     content_sha256: str  # sha256 of the source bytes alone
     kind: SourceKind
     meta: FilingMeta
     chunking: Chunking | None = None  # None for pages (PDFs, row candidates), which do not depend on it
+    documents: list[Document] = []
     chunks: list[Chunk]
     tokens: int  # sum over the chunks
     exact_tokens: bool  # counted with the model's tokenizer (else a conservative estimate)
@@ -73,17 +97,18 @@ class Filing(BaseModel):
 
     @property
     def pages(self) -> int:
-        return sum(1 for c in self.chunks if c.page is not None)
+        return max((c.page for c in self.chunks if c.page is not None), default=0)
 
 
 # Bumped when extraction or chunking changes what a source gives, so every filing gets a new version.
-INGEST_FORMAT = 1
+INGEST_FORMAT = 2
 
 
-def filing_version(content_sha256: str, chunking: Chunking | None, record: dict[str, Any]) -> str:
-    """Known before the source is parsed, so an unchanged filing is recognised without reading it."""
+def filing_version(content: Any, chunking: Chunking | None, record: dict[str, Any]) -> str:
+    """A digest of what rankers and planning read of a filing (its text as chunked, its
+    documents, its metadata), so a file rewritten with the same text keeps its version."""
     body = json.dumps(
-        [INGEST_FORMAT, content_sha256, chunking.model_dump() if chunking else "pages", record],
+        [INGEST_FORMAT, content, chunking.model_dump() if chunking else "pages", record],
         sort_keys=True,
         default=str,
         ensure_ascii=False,
