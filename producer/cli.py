@@ -279,7 +279,7 @@ def ingest(
     metadata are as last ingested is not read again. One fleet task per file (in this process
     when no broker is configured). A filing that cannot be read is a stored failure; the
     rest go on. Exits 1 when no filing could be ingested."""
-    from pathlib import Path
+    from pathlib import Path, PurePosixPath
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -291,6 +291,8 @@ def ingest(
         raise RunError(f"{source}: no such file or folder")
     if meta is not None and not Path(meta).is_file():
         raise RunError(f"--meta {meta}: no such file")
+    if not corpus.startswith("s3://") and Path(corpus).is_file():
+        raise RunError(f"--corpus {corpus}: is a file; give a folder or an s3:// URI")
     columns = (TextColumn("ingesting files"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("ingest", total=None)
@@ -310,6 +312,13 @@ def ingest(
     )
     for failure in summary.failures[:10]:
         console.print(f"[yellow]not ingested:[/yellow] {failure}", highlight=False)
+    if summary.unsupported:
+        n, shown = len(summary.unsupported), ", ".join(PurePosixPath(u).name for u in summary.unsupported[:5])
+        more = f" and {n - 5} more" if n > 5 else ""
+        console.print(
+            f"{n} file{'s' if n > 1 else ''} not ingested (not .pdf/.htm/.html/.txt/.jsonl): {shown}{more}",
+            highlight=False,
+        )
     if not summary.sources:
         raise RunError(f"{source}: no filings (.pdf, .htm, .html, .txt, .jsonl, .jsonl.gz) found")
     if summary.failed and not (summary.ingested or summary.unchanged or summary.new_versions):

@@ -1,10 +1,13 @@
-"""The corpus store: filings kept once per version, content-addressed, in any Store.
+"""The corpus store: filings kept once per version, content-addressed, in any Store, at its root
+(``prism ingest --corpus X`` writes X/manifest.json).
 
-corpus/filings/<filing>/<version>.json.gz   a Filing (gzip JSON), written once
-corpus/filings/<filing>/head.json           its versions, oldest first, and the latest (a FilingEntry)
-corpus/failures/<source>.json               a source that gave no filing, and why (an IngestFailure)
-corpus/manifest.json                        every filing's versions, every failure, every source file's
-                                            fingerprint (a CorpusManifest), updated by each ingest
+filings/<filing>/<version>.json.gz   a Filing (gzip JSON), written once
+filings/<filing>/head.json           its versions, oldest first, and the latest (a FilingEntry)
+failures/<source>.json               a source that gave no filing, and why (an IngestFailure)
+manifest.json                        every filing's versions, every failure, every source file's
+                                     fingerprint (a CorpusManifest), updated by each ingest
+versions/<digest>.json               every filing's latest version, one per corpus state
+inputs/<filing>/<version>-...json    a filing's chunk input for a segment budget
 
 <filing> and <source> are safe_name()s (workers/store.py): a readable part and a hash of the whole.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -39,12 +43,13 @@ from prism.ingest import (
     source_kind,
     stem,
 )
-from prism.ingest.filings import FOLDER_META, filing_id_of, filing_identity
+from prism.ingest.filings import FOLDER_META, META_SUFFIXES, filing_id_of
+from prism.ingest.meta import unknown_keys
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from workers.store import Store, file_stamp, get_model, put_model, safe_name
 
-PREFIX = "corpus"
+LAYOUT = ("filings/", "failures/", "versions/", "inputs/")  # and manifest.json
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
 
 
@@ -64,17 +69,17 @@ class Corpus:
 
     @staticmethod
     def filing_key(filing_id: str, version: str) -> str:
-        return f"{PREFIX}/filings/{safe_name(filing_id)}/{version}.json.gz"
+        return f"filings/{safe_name(filing_id)}/{version}.json.gz"
 
     @staticmethod
     def head_key(filing_id: str) -> str:
-        return f"{PREFIX}/filings/{safe_name(filing_id)}/head.json"
+        return f"filings/{safe_name(filing_id)}/head.json"
 
     @staticmethod
     def failure_key(source: str) -> str:
-        return f"{PREFIX}/failures/{safe_name(source)}.json"
+        return f"failures/{safe_name(source)}.json"
 
-    manifest_key = f"{PREFIX}/manifest.json"
+    manifest_key = "manifest.json"
 
     def head(self, filing_id: str) -> FilingEntry | None:
         try:
@@ -165,17 +170,17 @@ class Corpus:
         unchanged corpus name the same snapshot instead of each writing its own copy."""
         body = json.dumps(dict(sorted(versions.items())), separators=(",", ":")).encode()
         name = hashlib.sha256(body).hexdigest()[:24]
-        key = f"{PREFIX}/versions/{name}.json"
+        key = f"versions/{name}.json"
         if not self.store.exists(key):
             self.store.put(key, body, if_absent=True)
         return name
 
     def versions(self, name: str) -> dict[str, str]:
-        return json.loads(self.store.get(f"{PREFIX}/versions/{name}.json"))
+        return json.loads(self.store.get(f"versions/{name}.json"))
 
     @staticmethod
     def input_key(filing_id: str, version: str, budget: int, encoding: str) -> str:
-        return f"{PREFIX}/inputs/{safe_name(filing_id)}/{version}-{budget}-{encoding}.json"
+        return f"inputs/{safe_name(filing_id)}/{version}-{budget}-{encoding}.json"
 
     def put_input(self, filing: Filing, budget: int, counter: TokenCounter) -> tuple[str, FilingInput]:
         """A filing's chunk input for a segment budget, computed once per version and budget and
@@ -228,7 +233,11 @@ class Corpus:
         )
 
     def stored_bytes(self) -> int:
-        return sum(len(self.store.get(k)) for k in self.store.keys(f"{PREFIX}/"))
+        """The corpus's own objects only: the folder may hold other things."""
+        keys = [k for prefix in LAYOUT for k in self.store.keys(prefix)]
+        if self.store.exists(self.manifest_key):
+            keys.append(self.manifest_key)
+        return sum(len(self.store.get(k)) for k in keys)
 
 
 class FilingInput(BaseModel):
@@ -257,6 +266,7 @@ class IngestSummary(BaseModel):
     filings: dict[str, str] = {}  # filing id -> its latest version
     questions: dict[str, str] = {}  # query id of a benchmark row -> the filing it ranks over
     failures: list[str] = []  # "source: reason"
+    unsupported: list[str] = []  # files of a folder that are no filing nor metadata: not read
     failed_sources: dict[str, str] = {}  # source -> why it gave no filing
     done_sources: dict[str, SourceEntry] = {}  # source -> its fingerprint and the filings it gave
 
@@ -315,16 +325,11 @@ def ingest_one(
     chunking: Chunking | None = None,
     counter: TokenCounter | None = None,
 ) -> IngestResult:
-    """One PDF, HTML or text file into the corpus: parsed only when its version is not already
-    the latest. A source that gives no filing stores a failure."""
-    record = record or {}
+    """One PDF, HTML, text or EDGAR submission file into the corpus; a version is its extracted
+    content, so a file rewritten with the same text is "unchanged". A source that gives no
+    filing stores a failure."""
     try:
-        fid, version = filing_identity(data, source, record, chunking)
-        head = corpus.head(fid)
-        if head and head.latest == version and corpus.store.exists(corpus.filing_key(fid, version)):
-            corpus.clear_failure(source)
-            return IngestResult("unchanged", fid, version)
-        filing = parse_filing(data, source, record, chunking=chunking, counter=counter)
+        filing = parse_filing(data, source, record or {}, chunking=chunking, counter=counter)
     except IngestError as err:
         corpus.put_failure(source, err.reason)
         return IngestResult("failed", reason=err.reason)
@@ -386,6 +391,9 @@ def ingest_source(
     Files: .pdf .htm .html .txt, and .jsonl / .jsonl.gz benchmark rows (suffixes in any case).
     Metadata: ``x.meta.json`` beside ``x.pdf``, else the folder's ``metadata.jsonl``, else the
     ``meta`` JSONL given here (e.g. FinanceBench's document information), else guessed.
+    Named in the summary and the manifest's failures, never dropped: content that is not what
+    its name says, a link to nothing, a metadata line or file that cannot apply or has a
+    misspelled key; files that are neither filings nor metadata are listed in ``unsupported``.
 
     ``dispatch`` ingests the files elsewhere (the fleet: one task per file) and gives each file's
     summary as it ends; without it they are ingested here, one at a time.
@@ -395,16 +403,14 @@ def ingest_source(
     counter = counter or TokenCounter(chunking.encoding)
     corpus = Corpus(store)
     summary = IngestSummary()
-    index: dict[str, dict[str, Any]] = {}
-    if meta is not None:
-        index, errors = parse_meta_jsonl(Path(meta).read_bytes(), str(meta))
-        for err in errors:
-            _fail(corpus, summary, err)
+    index: dict[str, dict[str, Any]] = {}  # the --meta records, filled by _sources
+    given = (str(meta), Path(meta).read_bytes()) if meta is not None else None
     manifest = corpus.manifest()
-    settled = _digest([chunking.model_dump(), hashlib.sha256(Path(meta).read_bytes()).hexdigest() if meta else None])
+    settled = _digest([chunking.model_dump(), hashlib.sha256(given[1]).hexdigest() if given else None])
     items: list[Source] = []
     taken: dict[str, str] = {}
-    for item in _sources(source, index, corpus, summary):
+    read_meta: set[str] = set()
+    for item in _sources(source, index, corpus, summary, given, read_meta):
         if source_kind(item.name) != "rows":  # two files that would be one filing: the second fails
             fid = filing_id_of(item.uri, item.record)
             if taken.setdefault(fid, item.uri) != item.uri:
@@ -438,6 +444,10 @@ def ingest_source(
     else:
         for part in dispatch(items):
             summary.merge(part)
+    for failed in list(manifest.failures):  # a metadata file read again: what it no longer says is gone
+        if _META_LINE.sub("", failed) in read_meta and failed not in summary.failed_sources:
+            del manifest.failures[failed]
+            corpus.clear_failure(failed)
     corpus.update_manifest(manifest, summary)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
@@ -527,14 +537,30 @@ def _sources(
     index: dict[str, dict[str, Any]],
     corpus: Corpus,
     summary: IngestSummary,
+    meta: tuple[str, bytes] | None = None,
+    read_meta: set[str] | None = None,
 ) -> Iterator[Source]:
-    """The filing files of a source in name order, each with its metadata record."""
+    """The filing files of a source in name order, each with its metadata record. Fills ``index``
+    from ``meta`` (a --meta JSONL: its name and bytes) and ``read_meta`` with the metadata files
+    read. Stored failures: a link to nothing, a metadata line or file that cannot apply (or has a
+    misspelled key); other files are listed in ``summary.unsupported``; hidden ones are skipped."""
+    read_meta = set() if read_meta is None else read_meta
+    folder_given = False  # a --meta record naming a file is checked only against a folder's files
     if isinstance(source, str | Path | list | tuple):
         paths = [Path(source)] if isinstance(source, str | Path) else [Path(p) for p in source]
         files: dict[str, Path] = {}
         for path in paths:
             if path.is_dir():
-                files.update({p.resolve().as_posix(): p for p in sorted(path.rglob("*")) if p.is_file()})
+                folder_given = True
+                for p in sorted(path.rglob("*")):
+                    if _hidden(p.relative_to(path).as_posix()):
+                        continue
+                    if p.is_file():
+                        files[p.resolve().as_posix()] = p
+                    elif p.is_symlink() and not p.exists():
+                        _dangling(corpus, summary, p)
+            elif path.is_symlink() and not path.exists():
+                _dangling(corpus, summary, path)
             else:
                 files[path.resolve().as_posix()] = path  # a missing file fails when it is read
         names = sorted(files)
@@ -549,7 +575,8 @@ def _sources(
             return name
     else:
         store = cast(Store, source)
-        names = sorted(k for k in store.keys("") if not PurePosixPath(k).name.startswith("."))
+        folder_given = True
+        names = sorted(k for k in store.keys("") if not _hidden(k))
 
         def reader(name: str):
             return lambda: store.get(name)
@@ -560,30 +587,68 @@ def _sources(
         def uri_of(name: str) -> str:
             return f"{store.uri.rstrip('/')}/{name}"
 
+    def folder_of(name: str) -> str:
+        return str(PurePosixPath(name).parent)
+
+    filings: dict[str, set[str]] = {}  # a folder -> the names of its filing files
+    for name in names:
+        if source_kind(name) is not None:
+            filings.setdefault(folder_of(name), set()).add(PurePosixPath(name).name)
+    if meta is not None:
+        read_meta.add(meta[0])
+        everywhere = {n for f in filings.values() for n in f} if folder_given else None
+        found, errors = parse_meta_jsonl(meta[1], meta[0], everywhere)
+        index.update(found)
+        for err in errors:
+            _fail(corpus, summary, err)
     present = set(names)
     folder_indexes: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in names:  # each folder's metadata.jsonl, read whole: a line for no file there is named too
+        if PurePosixPath(name).name == FOLDER_META:
+            read_meta.add(uri_of(name))
+            found, errors = parse_meta_jsonl(reader(name)(), uri_of(name), filings.get(folder_of(name), set()))
+            folder_indexes[folder_of(name)] = found
+            for err in errors:
+                _fail(corpus, summary, err)
     for name in names:
+        base = PurePosixPath(name).name
         if source_kind(name) is None:
+            if base.lower().endswith(".meta.json"):  # read for the filing of its stem, if there is one
+                stems = {stem(n) for n in filings.get(folder_of(name), ())}
+                if not base.endswith(".meta.json") or base.removesuffix(".meta.json") not in stems:
+                    read_meta.add(uri_of(name))
+                    reason = "no .pdf, .htm, .html, .txt or .jsonl of that name beside it; not used"
+                    _fail(corpus, summary, IngestError(uri_of(name), reason))
+            elif base.lower() != FOLDER_META and not base.lower().endswith(META_SUFFIXES):
+                summary.unsupported.append(uri_of(name))
             continue
-        folder = str(PurePosixPath(name).parent)
+        folder = folder_of(name)
         record: dict[str, Any] | None = None
         beside = f"{folder}/{stem(name)}.meta.json" if folder != "." else f"{stem(name)}.meta.json"
         try:
             if beside in present:
                 record = parse_meta_json(reader(beside)(), uri_of(beside))
+                read_meta.add(uri_of(beside))
+                if unknown := unknown_keys(record):
+                    _fail(corpus, summary, IngestError(uri_of(beside), unknown))
             else:
-                if folder not in folder_indexes:
-                    listing = f"{folder}/{FOLDER_META}" if folder != "." else FOLDER_META
-                    folder_indexes[folder] = {}
-                    if listing in present:
-                        folder_indexes[folder], errors = parse_meta_jsonl(reader(listing)(), uri_of(listing))
-                        for err in errors:
-                            _fail(corpus, summary, err)
-                base = PurePosixPath(name).name
-                record = folder_indexes[folder].get(base) or folder_indexes[folder].get(stem(name))
-                record = record or index.get(base) or index.get(stem(name))
+                listing = folder_indexes.get(folder, {})
+                record = listing.get(base) or listing.get(stem(name)) or index.get(base) or index.get(stem(name))
         except IngestError as err:
             summary.sources += 1
             _fail(corpus, summary, IngestError(uri_of(name), str(err)))
             continue
         yield Source(name=name, uri=uri_of(name), read=reader(name), record=dict(record or {}), stamp=stamper(name))
+
+
+_META_LINE = re.compile(r" line \d+$")
+
+
+def _hidden(name: str) -> bool:
+    return any(part.startswith(".") for part in PurePosixPath(name).parts)
+
+
+def _dangling(corpus: Corpus, summary: IngestSummary, link: Path) -> None:
+    """A link whose target is missing: named, not skipped (is_file() says False for it)."""
+    uri = (link.parent.resolve() / link.name).as_posix()
+    summary.merge(failed_source(corpus, uri, f"a link to {link.resolve()}, which does not exist"))

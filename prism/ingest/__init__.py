@@ -1,13 +1,14 @@
-"""Filings from PDF, HTML, text and benchmark rows: text, chunks with stable ids, metadata, version.
+"""Filings from PDF, HTML, text, EDGAR submissions and benchmark rows: documents, physical pages,
+chunks with stable ids, identity, version.
 
 Pure: bytes in, a Filing (or an IngestError naming the source and the reason) out. The corpus
 store that keeps filings by version is workers.corpus.
 """
 
-from prism.ingest.chunking import is_heading, page_chunks, section_chunks, sections
-from prism.ingest.extract import IngestError, html_text, pdf_pages, plain_text
+from prism.ingest.chunking import is_heading, page_chunks, paged_chunks, sections
+from prism.ingest.extract import IngestError, pdf_pages, plain_text
 from prism.ingest.filings import RowFilings, filings_from_rows, parse_filing, source_kind, stem
-from prism.ingest.meta import form_type, guess_meta, meta_from_record, parse_meta_json, parse_meta_jsonl
+from prism.ingest.meta import form_type, meta_from_record, parse_meta_json, parse_meta_jsonl
 from prism.ingest.models import (
     Chunk,
     Chunking,
@@ -34,8 +35,6 @@ __all__ = [
     "VersionEntry",
     "filings_from_rows",
     "form_type",
-    "guess_meta",
-    "html_text",
     "is_heading",
     "meta_from_record",
     "page_chunks",
@@ -44,7 +43,7 @@ __all__ = [
     "parse_meta_jsonl",
     "pdf_pages",
     "plain_text",
-    "section_chunks",
+    "paged_chunks",
     "sections",
     "source_kind",
     "stem",

@@ -1,6 +1,8 @@
-"""Chunks with stable ids: one per page for PDFs; for HTML and text, sections cut at headings
-(EDGAR "PART II" / "Item 1A. Risk Factors", Markdown "#"), each packed into chunks of at most
-``chunk_tokens`` tokens at paragraph, then line, then token boundaries."""
+"""Chunks with stable ids: one per page for PDFs; for HTML and text, each physical page packed
+into chunks of at most ``chunk_tokens`` tokens at paragraph, then line, then token boundaries, so
+a chunk never spans two pages. A table (a paragraph of rows) stays whole where it fits; one cut
+into pieces repeats its column header at the top of each. Chunks carry the "Item" heading they
+fall under (EDGAR "PART II" / "Item 1A. Risk Factors", Markdown "#")."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prism.ingest.models import Chunk, Chunking
+from prism.ingest.pages import Page
 from prism.segmenting import TokenCounter
 
 # A separator after the item number is required unless the number ends the line, so prose such
@@ -18,6 +21,8 @@ _PART = re.compile(r"^part\s+[ivx]{1,4}\b\s*(?:[.:\-\u2013\u2014]\s*\S.*)?$", re
 _MARKDOWN = re.compile(r"^#{1,6}\s+\S")
 _TOC_PAGE = re.compile(r"\s\d{1,3}$")  # "Item 1A. Risk Factors 12": a table-of-contents entry
 MAX_HEADING_CHARS = 160
+_YEARS = re.compile(r"\b(?:19|20)\d{2}\b")  # a header row of years is no row of figures
+_FIGURE = re.compile(r"\d[\d,.]*\s*%?\)?\s*$|\(\d[\d,.]*\)|\$\s*\d")  # a row that ends in, or holds, a figure
 
 
 def is_heading(line: str) -> bool:
@@ -70,21 +75,33 @@ def page_chunks(filing_id: str, pages: Sequence[str], counter: TokenCounter) -> 
     ]
 
 
-def section_chunks(filing_id: str, text: str, chunking: Chunking, counter: TokenCounter) -> list[Chunk]:
+def paged_chunks(filing_id: str, pages: Sequence[Page], chunking: Chunking, counter: TokenCounter) -> list[Chunk]:
+    """Each page cut at its headings and packed into chunks; ids ``<filing>:p<page>.<part>``.
+    A page that starts mid-section carries the heading of the page before."""
     out: list[Chunk] = []
-    for number, section in enumerate(sections(text), start=1):
-        for part, (body, split) in enumerate(_pack(section.text, chunking.chunk_tokens, counter), start=1):
-            out.append(
-                Chunk(
-                    id=f"{filing_id}:s{number}.{part}",
-                    index=len(out),
-                    section=number,
-                    heading=section.heading,
-                    text=body,
-                    tokens=0,
-                    flags=["split"] if split else [],
+    heading: str | None = None
+    section = 0
+    for page in pages:
+        part = 0
+        for piece in sections(page.text):
+            if piece.heading is not None or section == 0:  # text before the first heading is section 1
+                heading, section = piece.heading or heading, section + 1
+            for body, split in _pack(piece.text, chunking.chunk_tokens, counter):
+                part += 1
+                out.append(
+                    Chunk(
+                        id=f"{filing_id}:p{page.number}.{part}",
+                        index=len(out),
+                        page=page.number,
+                        printed_page=page.printed,
+                        document=page.document,
+                        section=section,
+                        heading=heading,
+                        text=body,
+                        tokens=0,
+                        flags=["split"] if split else [],
+                    )
                 )
-            )
     for chunk, n in zip(out, counter.count_many([c.text for c in out])):
         chunk.tokens = n
     return out
@@ -100,11 +117,7 @@ def _pack(text: str, limit: int, counter: TokenCounter) -> list[tuple[str, bool]
         if counter.count(paragraph) <= limit:
             pieces.append((paragraph, False))
             continue
-        for line in paragraph.split("\n"):
-            if counter.count(line) <= limit:
-                pieces.append((line, False))
-            else:
-                pieces.extend((window, True) for window in _token_windows(line, limit, counter))
+        pieces.extend(_cut(paragraph, limit, counter))
     chunks: list[tuple[str, bool]] = []
     current: list[str] = []
     current_tokens, current_split = 0, False
@@ -119,6 +132,36 @@ def _pack(text: str, limit: int, counter: TokenCounter) -> list[tuple[str, bool]
     if current:
         chunks.append(("\n\n".join(current), current_split))
     return chunks
+
+
+def _cut(paragraph: str, limit: int, counter: TokenCounter) -> list[tuple[str, bool]]:
+    """A paragraph over the limit in pieces of whole lines; a table's pieces (rows with figures)
+    each start with its column header, the lines above its first row of figures."""
+    lines = paragraph.split("\n")
+    first_row = next((i for i, line in enumerate(lines) if _FIGURE.search(_YEARS.sub("", line))), None)
+    header = lines[:first_row] if first_row and first_row <= 3 and len(lines) - first_row >= 3 else []
+    header_tokens = counter.count("\n".join(header)) + 1 if header else 0
+    if header_tokens > limit // 2:
+        header, header_tokens = [], 0
+    pieces: list[tuple[str, bool]] = []
+    current: list[str] = []
+    used = 0
+    for line in lines[len(header) :]:
+        n = counter.count(line) + 1
+        if n > limit - header_tokens:  # a line too long for any chunk: cut at token boundaries
+            if current:
+                pieces.append(("\n".join(header + current), False))
+                current, used = [], 0
+            pieces.extend((window, True) for window in _token_windows(line, limit, counter))
+            continue
+        if current and used + n > limit - header_tokens:
+            pieces.append(("\n".join(header + current), False))
+            current, used = [], 0
+        current.append(line)
+        used += n
+    if current:
+        pieces.append(("\n".join(header + current), False))
+    return pieces
 
 
 def _token_windows(text: str, limit: int, counter: TokenCounter) -> list[str]:

@@ -1,5 +1,5 @@
-"""Text out of source bytes: PDF pages (pypdf), HTML (lxml + inscriptis, which keeps the block
-layout, so headings stay on lines of their own), plain text."""
+"""Text out of source bytes: PDF pages (pypdf) and plain text; HTML is read into pages by
+prism.ingest.pages."""
 
 from __future__ import annotations
 
@@ -66,24 +66,8 @@ def pdf_pages(data: bytes, source: str) -> list[str]:
     return texts
 
 
-def html_text(data: bytes, source: str) -> str:
-    import lxml.etree
-    import lxml.html
-    from inscriptis import Inscriptis
-    from inscriptis.model.config import ParserConfig
-
-    try:
-        tree = lxml.html.document_fromstring(data)  # honours the document's declared charset
-    except (lxml.etree.ParserError, ValueError) as err:
-        raise IngestError(source, f"not readable HTML ({err})") from None
-    text = normalize(Inscriptis(tree, ParserConfig(display_images=False, display_links=False)).get_text())
-    if not text:
-        raise IngestError(source, "the HTML holds no text")
-    return text
-
-
 def plain_text(data: bytes, source: str) -> tuple[str, bool]:
-    """The text and whether it had to be read as Windows-1252 (it was not UTF-8)."""
+    """The text, spacing kept, and whether it had to be read as Windows-1252 (it was not UTF-8)."""
     if b"\x00" in data[:8192]:
         raise IngestError(source, "binary content in a text file")
     try:
@@ -93,7 +77,6 @@ def plain_text(data: bytes, source: str) -> tuple[str, bool]:
             text, cp1252 = data.decode("cp1252"), True
         except UnicodeDecodeError as err:
             raise IngestError(source, f"neither UTF-8 nor Windows-1252 text (byte {err.start})") from None
-    text = normalize(text)
-    if not text:
+    if not text.strip():
         raise IngestError(source, "the file holds no text")
-    return text, cp1252
+    return text, cp1252  # as written: fixed-width tables keep their columns

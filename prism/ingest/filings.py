@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import IO, Any
 
 from prism.datasets import RowError, iter_lines, parse_row
-from prism.ingest.chunking import page_chunks, section_chunks
-from prism.ingest.extract import IngestError, html_text, pdf_pages, plain_text
-from prism.ingest.meta import ID_KEYS, guess_meta, meta_from_record
-from prism.ingest.models import Chunk, Chunking, Filing, FilingFlag, FilingMeta, SourceKind, filing_version
+from prism.ingest.accession import exhibit_type
+from prism.ingest.chunking import page_chunks, paged_chunks
+from prism.ingest.extract import IngestError, pdf_pages, plain_text
+from prism.ingest.identity import identify
+from prism.ingest.meta import ID_KEYS, meta_from_record
+from prism.ingest.models import Chunk, Chunking, Document, Filing, FilingFlag, FilingMeta, SourceKind, filing_version
+from prism.ingest.pages import Page, html_pages, text_pages
+from prism.ingest.sgml import SgmlDocument, is_submission, parse_submission, uudecode
+from prism.ingest.sniff import check_format
 from prism.segmenting import TokenCounter
 
 KINDS: dict[str, SourceKind] = {".pdf": "pdf", ".htm": "html", ".html": "html", ".txt": "text"}
@@ -54,44 +59,139 @@ def parse_filing(
     chunking: Chunking | None = None,
     counter: TokenCounter | None = None,
     filing_id: str | None = None,
+    exhibits: Sequence[tuple[str, bytes, str | None]] = (),
 ) -> Filing:
-    """One PDF, HTML or text file as a Filing. ``record`` is its metadata (from a ``.meta.json``
-    or a folder's JSONL), ``source`` its name or URI. Raises IngestError naming the source."""
+    """One PDF, HTML, text or EDGAR submission file as a Filing. ``record`` is its metadata
+    (from a ``.meta.json`` or a folder's JSONL), ``source`` its name or URI. ``exhibits`` are
+    further files of the same accession (name, bytes, document type when an index gives it),
+    whose pages follow the form's. Raises IngestError naming the source."""
     kind = source_kind(source)
     if kind is None or kind == "rows":
         raise IngestError(source, "not a .pdf, .htm, .html or .txt file")
     chunking = chunking or Chunking()
     counter = counter or TokenCounter(chunking.encoding)
     record = record or {}
-    fid, version = filing_identity(data, source, record, chunking, filing_id)
-    flags: list[FilingFlag] = []
-    if kind == "pdf":
-        pages = pdf_pages(data, source)
-        chunks = page_chunks(fid, pages, counter)
-        text = "\n".join(pages)
-        if any("empty" in c.flags for c in chunks):
-            flags.append("empty_pages")
-    else:
-        if kind == "html":
-            text = html_text(data, source)
-        else:
-            text, cp1252 = plain_text(data, source)
-            if cp1252:
-                flags.append("decoded_cp1252")
-        chunks = section_chunks(fid, text, chunking, counter)
-    meta = guess_meta(meta_from_record(record, source, f"{source} (metadata)"), stem(source), text)
+    fid = filing_id or filing_id_of(source, record)
+    given = meta_from_record(record, source, f"{source} (metadata)")
+    read = _read(data, source, kind)
+    meta = identify(given, stem(source), read.cover, read.header, read.facts)
     if meta.name is None:
         meta = meta.model_copy(update={"name": stem(source)})
-    return _filing(fid, version, kind, data, meta, chunks, None if kind == "pdf" else chunking, counter, flags)
+    if not read.header and len(read.documents) == 1:  # one document: it is the form itself
+        read.documents[0].type = meta.form_type or read.documents[0].type
+        read.pages = [replace(p, document=read.documents[0].type) for p in read.pages]
+    for name, body, doc_type in exhibits:
+        _append(read, _read(body, name, source_kind(name) or "text"), doc_type or exhibit_type(name) or "EX")
+    if kind == "pdf" and not exhibits:
+        chunks = page_chunks(fid, [p.text for p in read.pages], counter)
+    else:
+        chunks = paged_chunks(fid, read.pages, chunking, counter)
+    flags = list(read.flags)
+    if any("empty" in c.flags for c in chunks) and kind == "pdf":
+        flags.append("empty_pages")
+    cut = None if kind == "pdf" and not exhibits else chunking
+    return _filing(fid, kind, data, meta, chunks, cut, counter, flags, read.documents)
 
 
-def filing_identity(
-    data: bytes, source: str, record: dict[str, Any] | None, chunking: Chunking | None, filing_id: str | None = None
-) -> tuple[str, str]:
-    """The id and version a source will have, without parsing it."""
-    record = record or {}
-    fid = filing_id or filing_id_of(source, record)
-    return fid, filing_version(sha256(data), None if source_kind(source) == "pdf" else chunking or Chunking(), record)
+def _read(data: bytes, source: str, kind: SourceKind) -> Read:
+    check_format(data, kind, source)
+    return read_pdf(data, source) if kind == "pdf" else read_document(data, source, kind)
+
+
+def _append(read: Read, exhibit: Read, doc_type: str) -> None:
+    """An exhibit's pages after the filing's, under its type when it is one document."""
+    first = len(read.pages)
+    for document in exhibit.documents:
+        if len(exhibit.documents) == 1:
+            document.type = doc_type
+        if document.pages:
+            document.pages = (document.pages[0] + first, document.pages[1] + first)
+        read.documents.append(document)
+    one = exhibit.documents[0].type if len(exhibit.documents) == 1 else None
+    read.pages += [replace(p, number=p.number + first, document=one or p.document) for p in exhibit.pages]
+
+
+@dataclass
+class Read:
+    """What a source gave before it is chunked: its pages numbered across its documents."""
+
+    pages: list[Page]
+    documents: list[Document]
+    cover: str  # the first page's text, where the form and the registrant are written
+    header: dict[str, str] = field(default_factory=dict)  # an EDGAR submission's SEC header
+    facts: dict[str, str] = field(default_factory=dict)  # inline-XBRL dei facts
+    flags: list[FilingFlag] = field(default_factory=list)
+
+
+def read_pdf(data: bytes, source: str) -> Read:
+    texts = pdf_pages(data, source)
+    pages = [Page(text, number=i + 1) for i, text in enumerate(texts)]
+    return Read(pages, [Document(type="PDF", kind="pdf", pages=(1, len(pages)))], "\n".join(texts[:2]))
+
+
+def read_document(data: bytes, source: str, kind: SourceKind) -> Read:
+    """HTML or text, or an EDGAR full submission whatever its suffix: every readable document's
+    pages in file order, numbered on across documents; data documents listed as skipped."""
+    if not is_submission(data):
+        if kind == "html":
+            html = html_pages(data, source)
+            pages, facts, flags = html.pages, html.facts, []
+        else:
+            text, cp1252 = plain_text(data, source)
+            pages, facts, flags = text_pages(text), {}, ["decoded_cp1252"] if cp1252 else []
+        pages = [replace(p, number=i + 1) for i, p in enumerate(pages)]
+        document = Document(type=kind.upper(), kind=kind, pages=(1, len(pages)) if pages else None)
+        return Read(pages, [document], _cover(pages), facts=facts, flags=flags)  # type: ignore[arg-type]
+    submission = parse_submission(data)
+    if not submission.documents:
+        raise IngestError(source, "an EDGAR submission with no <DOCUMENT>")
+    read = Read([], [], "", header=submission.header)
+    if "CONFORMED SUBMISSION TYPE" not in read.header:  # no SEC header: the first document says the form
+        read.header["TYPE"] = submission.documents[0].type
+    for doc in submission.documents:
+        entry = Document(
+            type=doc.type,
+            sequence=doc.sequence,
+            filename=doc.filename,
+            description=doc.description,
+            kind=doc.kind,
+            skipped=doc.skipped,
+        )
+        read.documents.append(entry)
+        if doc.skipped:
+            continue
+        where = f"{source} document {doc.sequence or len(read.documents)} ({doc.type})"
+        try:
+            pages = _document_pages(doc, where, read)
+        except IngestError as err:
+            entry.skipped = err.reason
+            continue
+        first = len(read.pages) + 1
+        read.pages += [replace(p, number=first + i, document=doc.type) for i, p in enumerate(pages)]
+        if pages:
+            entry.pages = (first, len(read.pages))
+    if not read.pages:
+        raise IngestError(source, "no readable document in the EDGAR submission")
+    read.cover = _cover(read.pages)
+    return read
+
+
+def _document_pages(doc: SgmlDocument, where: str, read: Read) -> list[Page]:
+    if doc.kind == "html":
+        html = html_pages(doc.body, where)
+        for key, value in html.facts.items():
+            read.facts.setdefault(key, value)
+        return html.pages
+    if doc.kind == "pdf":
+        return [Page(text) for text in pdf_pages(uudecode(doc.body), where) if text.strip()]
+    text, cp1252 = plain_text(doc.body, where)
+    if cp1252 and "decoded_cp1252" not in read.flags:
+        read.flags.append("decoded_cp1252")
+    return text_pages(text)
+
+
+def _cover(pages: list[Page]) -> str:
+    return "\n".join(p.text for p in pages[:2])
 
 
 def filing_id_of(source: str, record: dict[str, Any] | None) -> str:
@@ -106,7 +206,6 @@ def _given_id(record: dict[str, Any]) -> str | None:
 
 def _filing(
     fid: str,
-    version: str,
     kind: SourceKind,
     data: bytes,
     meta: FilingMeta,
@@ -114,17 +213,28 @@ def _filing(
     chunking: Chunking | None,
     counter: TokenCounter,
     flags: list[FilingFlag],
+    documents: list[Document],
+    version: str | None = None,
 ) -> Filing:
+    """A Filing; its version, unless given, is the digest of what it reads as (chunks, documents,
+    metadata but where it was read from), so a file rewritten with the same text keeps it."""
     if meta.guessed:
         flags.append("guessed_metadata")
-    content = sha256(data)
+    if version is None:
+        content = [
+            [c.model_dump(exclude={"tokens"}) for c in chunks],
+            [d.model_dump() for d in documents],
+            meta.model_dump(mode="json", exclude={"source_uri"}),
+        ]
+        version = filing_version(content, chunking, {})
     return Filing(
         id=fid,
         version=version,
-        content_sha256=content,
+        content_sha256=sha256(data),
         kind=kind,
         meta=meta,
         chunking=chunking,
+        documents=documents,
         chunks=chunks,
         tokens=sum(c.tokens for c in chunks),
         exact_tokens=counter.exact,
@@ -194,10 +304,10 @@ def filings_from_rows(
         if latest is not None and latest(fid) == version:
             out.unchanged.append(fid)
             continue
-        meta = guess_meta(meta, fid, "\n".join(query.candidates[:3]))
+        meta = identify(meta, fid, "\n".join(query.candidates[:3]))
         chunks = _candidate_chunks(fid, query.candidates, counter, pages=doc_name is not None)
         flags: list[FilingFlag] = ["empty_pages"] if doc_name and any("empty" in c.flags for c in chunks) else []
-        out.filings.append(_filing(fid, version, "rows", body, meta, chunks, None, counter, flags))
+        out.filings.append(_filing(fid, "rows", body, meta, chunks, None, counter, flags, [], version))
     return out
 
 

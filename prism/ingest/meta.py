@@ -1,18 +1,20 @@
 """Filing metadata: given in a file beside the filing (``x.pdf`` + ``x.meta.json``) or in a JSONL
-for a folder (one record per filing, matched by ``file``, ``doc_name``, ``name`` or ``id``), else
-guessed conservatively from the file name and the first page of text, saying which fields were."""
+for a folder (one record per filing, matched by ``file``, ``doc_name``, ``name`` or ``id``). What
+a record does not give is read from the filing itself (prism.ingest.identity)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from datetime import date, datetime
+from collections.abc import Collection
+from datetime import date
 from typing import Any
 
 from pydantic import ValidationError
 
 from prism.ingest.extract import IngestError
-from prism.ingest.models import FilingMeta, MetaField
+from prism.ingest.models import FilingMeta
 
 # Keys of a metadata record, by the field they give (FinanceBench's own names included).
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -22,6 +24,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "fiscal_quarter": ("fiscal_quarter", "quarter"),
     "period_end": ("period_end", "period_of_report"),
     "name": ("name", "doc_name"),
+    "cik": ("cik",),
+    "ticker": ("ticker",),
+    "filed": ("filed", "filing_date"),
 }
 ID_KEYS = ("filing_id", "id")
 MATCH_KEYS = ("file", "doc_name", "name", "id", "filing_id")
@@ -32,15 +37,7 @@ _FORMS = (
     (re.compile(r"^def ?-?14a|proxy( statement)?$"), "DEF14A"),
     (re.compile(r"^(earnings|earnings call|earnings call transcript|transcript)$"), "Earnings"),
 )
-_NAME_FORM = re.compile(r"(?<![a-z0-9])(10-?k|10-?q|8-?k|def-?14a|earnings|annualreport)(?![a-z0-9])", re.IGNORECASE)
-_NAME_YEAR = re.compile(r"(?<![0-9])((?:19|20)\d{2})(?:[-_ ]?q([1-4]))?(?![0-9])", re.IGNORECASE)
-_TEXT_FORM = re.compile(r"\bFORM\s+(10-K|10-Q|8-K)\b")
-_TEXT_PERIOD = re.compile(
-    r"for the (fiscal year|quarterly period) ended:?\s+([A-Z][a-z]+\.?\s+\d{1,2},?\s+\d{4})", re.IGNORECASE
-)
-_TEXT_COMPANY = re.compile(r"\n([^\n]{2,120})\n\s*\(Exact name of registrant as specified in its charter\)", re.I)
 _PERIOD = re.compile(r"^(?:FY\s*(\d{4})|(\d{4})\s*-?\s*Q([1-4])|Q([1-4])\s*-?\s*(\d{4})|(\d{4}))$", re.IGNORECASE)
-HEAD_CHARS = 6000  # the cover page: where the form, the period and the registrant are written
 
 
 def form_type(value: str) -> str:
@@ -65,6 +62,8 @@ def meta_from_record(record: dict[str, Any], source_uri: str, where: str) -> Fil
                 break
     if isinstance(fields.get("form_type"), str):
         fields["form_type"] = form_type(fields["form_type"])
+    if isinstance(fields.get("cik"), int | str) and str(fields["cik"]).strip().isdigit():
+        fields["cik"] = str(fields["cik"]).strip().zfill(10)  # EDGAR writes a CIK with its leading zeros
     period = record.get("period")
     if period is not None:
         used.add("period")
@@ -106,55 +105,56 @@ def parse_meta_json(data: bytes, where: str) -> dict[str, Any]:
     return record
 
 
-def parse_meta_jsonl(data: bytes, where: str) -> tuple[dict[str, dict[str, Any]], list[IngestError]]:
-    """Records by every name they can be matched on, and an error per bad line."""
+def parse_meta_jsonl(
+    data: bytes, where: str, files: Collection[str] | None = None
+) -> tuple[dict[str, dict[str, Any]], list[IngestError]]:
+    """Records by every name they can be matched on, and an error per line that cannot apply:
+    not a JSON object, nothing to match by, a second record for a name an earlier line has
+    (the first one stands), or, given the ``files`` it can apply to, a ``file`` that names none
+    of them. A key spelled like a known one is named too, yet its record applies (unknown_keys)."""
     index: dict[str, dict[str, Any]] = {}
+    first: dict[str, int] = {}  # a name -> the line whose record it matches
     errors: list[IngestError] = []
     for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
+        at = f"{where} line {number}"
         try:
-            record = parse_meta_json(line, f"{where} line {number}")
+            record = parse_meta_json(line, at)
         except IngestError as err:
             errors.append(err)
             continue
         keys = [str(record[k]) for k in MATCH_KEYS if isinstance(record.get(k), str | int) and str(record[k]).strip()]
+        keys = list(dict.fromkeys(keys))  # doc_name and name are often the same
         if not keys:
-            errors.append(IngestError(f"{where} line {number}", f"no {'/'.join(MATCH_KEYS)} to match a filing by"))
+            errors.append(IngestError(at, f"no {'/'.join(MATCH_KEYS)} to match a filing by"))
+            continue
+        if taken := next((k for k in keys if k in first), None):
+            errors.append(IngestError(at, f"a second record for {taken} (first on line {first[taken]}); ignored"))
+            continue
+        if files is not None and record.get("file") is not None and str(record["file"]) not in files:
+            errors.append(IngestError(at, f"file '{record['file']}' names no filing in the folder; ignored"))
+            continue
+        if unknown := unknown_keys(record):
+            errors.append(IngestError(at, unknown))
         for key in keys:
-            index.setdefault(key, record)
+            index[key], first[key] = record, number
     return index, errors
 
 
-def guess_meta(meta: FilingMeta, name: str, text: str) -> FilingMeta:
-    """Fields the metadata lacks, from the cover page (form, period, registrant) and the file
-    name ("3M_2018_10K", "acme-2023q2-10q"); each one filled is listed in ``guessed``."""
-    head = text[:HEAD_CHARS]
-    found: dict[str, Any] = {}
-    name_form = _NAME_FORM.search(name)
-    name_year = _NAME_YEAR.search(name)
-    if match := _TEXT_FORM.search(head):
-        found["form_type"] = form_type(match.group(1))
-    elif name_form:
-        found["form_type"] = form_type(name_form.group(1))
-    if match := _TEXT_PERIOD.search(head):
-        try:
-            end = datetime.strptime(re.sub(r"[.,]", "", match.group(2)).replace("Sept ", "Sep "), "%B %d %Y").date()
-            found["period_end"] = end
-            found["fiscal_year"] = end.year  # fiscal years are named by the year they end in
-        except ValueError:
-            pass
-    if name_year:
-        found.setdefault("fiscal_year", int(name_year.group(1)))
-        if name_year.group(2):
-            found["fiscal_quarter"] = int(name_year.group(2))
-        company = re.sub(r"[_\- ]+$", "", name[: name_year.start()]).strip()
-        if company:
-            found["company"] = company
-    if "company" not in found and (match := _TEXT_COMPANY.search("\n" + head)):
-        found["company"] = match.group(1).strip()
-    missing = {f: v for f, v in found.items() if getattr(meta, f) is None}
-    if not missing:
-        return meta
-    guessed: list[MetaField] = list(dict.fromkeys([*meta.guessed, *missing]))  # type: ignore[list-item]
-    return meta.model_copy(update={**missing, "guessed": guessed})
+KNOWN_KEYS = frozenset(
+    {*(k for keys in _ALIASES.values() for k in keys), *MATCH_KEYS, *ID_KEYS, "period", "source_uri", "file"}
+    | {"cik", "ticker", "filed", "fiscal_year_end"}
+)
+
+
+def unknown_keys(record: dict[str, Any]) -> str | None:
+    """The keys that look like a misspelling of a known one (difflib ratio 0.8 or more, e.g.
+    ``compnay``), said in one line; None when there are none. Other unknown keys are data a
+    record may carry (FinanceBench's ``doc_link``, ``gics_sector``) and go to ``extra``
+    unsaid. The record still applies: the known keys are used, the misspelled one is not."""
+    near = {k: difflib.get_close_matches(k, KNOWN_KEYS, n=1, cutoff=0.8) for k in record if k not in KNOWN_KEYS}
+    said = [f"'{k}' (did you mean '{m[0]}'?)" for k, m in near.items() if m]
+    if not said:
+        return None
+    return f"unknown key{'s' if len(said) > 1 else ''} {', '.join(said)}; the rest of the record applies"

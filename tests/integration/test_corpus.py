@@ -47,7 +47,7 @@ def test_ingest_a_folder_then_reingest_is_a_no_op_and_a_change_is_a_new_version(
     corpus = Corpus(store)
     first = ingest_source(folder, store)
     assert (first.ingested, first.unchanged, first.new_versions, first.failed) == (3, 0, 0, 3)
-    assert (first.pages, first.empty_pages) == (3, 1)
+    assert (first.pages, first.empty_pages) == (5, 1)  # the PDF's three, one each for the HTML and the text
     assert sorted(first.filings) == ["Beta/notes: Q3 2023?", "acme_2023_10K", "beta-10k"]
     reasons = {Path(f.split(": ")[0]).name: f for f in first.failures}
     assert "encrypted with a password" in reasons["locked.pdf"] and "image-only" in reasons["scan.pdf"]
@@ -63,19 +63,19 @@ def test_ingest_a_folder_then_reingest_is_a_no_op_and_a_change_is_a_new_version(
     notes = corpus.get_filing("Beta/notes: Q3 2023?")
     assert notes.meta.form_type == "8-K" and [c.heading for c in notes.chunks] == ["Outlook", "Risks"]
     # An id with odd characters gets a safe key: a readable part and a hash.
-    assert Corpus.head_key(notes.id) == f"corpus/filings/{safe_name(notes.id)}/head.json"
+    assert Corpus.head_key(notes.id) == f"filings/{safe_name(notes.id)}/head.json"
     assert safe_name(notes.id).startswith("Beta_notes_Q3_2023-") and "/" not in safe_name(notes.id)
     beta = corpus.get_filing("beta-10k")
     assert "ITEM 1A. RISK FACTORS" in {c.heading for c in beta.chunks} and beta.meta.company == "BETA CORP"
 
-    stored = {k: store.get(k) for k in store.keys("corpus/") if k != Corpus.manifest_key}
+    stored = {k: store.get(k) for k in store.keys("") if k != Corpus.manifest_key}
     again = ingest_source(folder, store)
     assert (again.ingested, again.unchanged, again.new_versions, again.failed) == (0, 3, 0, 3)
-    assert again.filings == first.filings and (again.pages, again.empty_pages) == (3, 1)
-    after = {k: store.get(k) for k in store.keys("corpus/") if k != Corpus.manifest_key}
+    assert again.filings == first.filings and (again.pages, again.empty_pages) == (5, 1)
+    after = {k: store.get(k) for k in store.keys("") if k != Corpus.manifest_key}
     assert after.keys() == stored.keys()
-    assert {k: v for k, v in after.items() if "/failures/" not in k} == {
-        k: v for k, v in stored.items() if "/failures/" not in k
+    assert {k: v for k, v in after.items() if not k.startswith("failures/")} == {
+        k: v for k, v in stored.items() if not k.startswith("failures/")
     }
 
     (folder / "acme_2023_10K.PDF").write_bytes(pdf(["ACME 10-K cover", None, "Revenue was $12 million."]))
@@ -144,10 +144,33 @@ def test_prism_ingest_stores_each_filing_once_and_names_what_it_could_not_read(t
     assert first.returncode == 0, first.stderr
     assert "3 sources: 2 filings ingested" in first.stderr and "1 failed" in first.stderr
     assert "locked.pdf" in first.stderr and "Traceback" not in first.stderr
-    manifest = json.loads((tmp_path / "corpus" / "corpus" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "corpus" / "manifest.json").read_text())
     assert len(manifest["filings"]) == 2 and len(manifest["failures"]) == 1
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert "0 filings ingested, 0 new versions, 2 unchanged" in again.stderr
+
+
+def test_prism_ingest_names_the_files_it_does_not_read_and_refuses_a_corpus_that_is_a_file(tmp_path):
+    from workers.testing import fleet_env, prism_cli
+
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("# Outlook\n\nWe expect growth.")
+    for i in range(7):
+        (folder / f"deck{i}.pptx").write_bytes(b"slides")
+    done = prism_cli(
+        ["ingest", str(folder), "--corpus", str(tmp_path / "corpus")], fleet_env(None, None, None), tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    names = ", ".join(f"deck{i}.pptx" for i in range(5))
+    assert f"7 files not ingested (not .pdf/.htm/.html/.txt/.jsonl): {names} and 2 more\n" in done.stderr
+    assert json.loads((tmp_path / "corpus" / "manifest.json").read_text())["filings"].keys() == {"notes"}
+    (tmp_path / "corpus.json").write_text("{}")
+    refused = prism_cli(
+        ["ingest", str(folder), "--corpus", str(tmp_path / "corpus.json")], fleet_env(None, None, None), tmp_path
+    )
+    assert refused.returncode == 2
+    assert refused.stderr == f"error: --corpus {tmp_path / 'corpus.json'}: is a file; give a folder or an s3:// URI\n"
 
 
 def test_fleet_ingest_runs_one_task_per_file_on_workers_and_stores_each_filing_input(

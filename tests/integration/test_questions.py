@@ -100,7 +100,7 @@ def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
     # At $0 with no qrels over the candidates there is nothing to plot: no empty axes, a line why.
     assert not list(folder_out.glob("*.png")) and "tokens_cost.png is left out: no LLM tokens" in report
     # Shared inputs: one per filing version in the corpus, none per question in the run.
-    assert len(list((tmp_path / "corpus" / "corpus" / "inputs").rglob("*.json"))) == 2
+    assert len(list((tmp_path / "corpus" / "inputs").rglob("*.json"))) == 2
     assert not (folder_out / "inputs").exists()
     again = subprocess.run([*cmd[:-1], "q2"], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr

@@ -60,9 +60,10 @@ def test_image_only_and_broken_pdfs_fail_with_the_file_and_the_reason():
     with pytest.raises(IngestError, match=r"^scan\.pdf: no text on any of its 2 pages \(image-only"):
         parse_filing(pdf([None, None], image_pages=frozenset({0, 1})), "scan.pdf", counter=COUNTER)
     good = pdf(["Some text."])
-    for data in (b"this is not a PDF", good[: len(good) // 2]):
-        with pytest.raises(IngestError, match=r"^broken\.pdf: not a readable PDF"):
-            parse_filing(data, "broken.pdf", counter=COUNTER)
+    with pytest.raises(IngestError, match=r"^broken\.pdf: named \.pdf but the content is text$"):
+        parse_filing(b"this is not a PDF", "broken.pdf", counter=COUNTER)
+    with pytest.raises(IngestError, match=r"^broken\.pdf: not a readable PDF"):
+        parse_filing(good[: len(good) // 2], "broken.pdf", counter=COUNTER)
     with pytest.raises(IngestError, match="not a .pdf"):
         parse_filing(b"x", "notes.docx")
 
@@ -77,7 +78,7 @@ def test_edgar_html_keeps_item_headings_as_sections():
         "Item 7. Management\u2019s Discussion and Analysis of Financial Condition",
     ]
     business = next(c for c in filing.chunks if c.heading == "Item 1. Business")
-    assert business.id == "acme-10k:s2.1" and business.section == 2
+    assert business.id == "acme-10k:p1.2" and business.section == 2 and business.page == 1
     # "PART I" directly above "Item 1." joins its section; windows-1252 dashes are decoded.
     assert business.text.startswith("PART I\n\nItem 1. Business\n") and "widgets \u2013 many" in business.text
     cover = filing.chunks[0]
@@ -93,7 +94,8 @@ def test_sections_are_cut_into_token_sized_chunks():
     )
     risks = [c for c in filing.chunks if c.heading == "ITEM 1A. RISK FACTORS"]
     assert len(risks) >= 4
-    assert [c.id for c in risks] == [f"acme-10k:s3.{i}" for i in range(1, len(risks) + 1)]
+    parts = [int(c.id.removeprefix("acme-10k:p1.")) for c in risks]  # one page: parts of page 1, in order
+    assert parts == list(range(parts[0], parts[0] + len(risks))) and {c.section for c in risks} == {3}
     assert all(c.tokens <= 64 for c in filing.chunks)
     assert [c.index for c in filing.chunks] == list(range(len(filing.chunks)))
     text = "\n".join(c.text for c in risks)
@@ -116,7 +118,7 @@ def test_a_paragraph_longer_than_a_chunk_is_cut_at_token_boundaries_and_flagged(
 def test_plain_text_encodings_and_bad_text():
     text = parse_filing("Caf\xe9 revenue \u2013 up".encode("cp1252"), "n.txt", counter=COUNTER)
     assert text.chunks[0].text == "Caf\xe9 revenue \u2013 up" and "decoded_cp1252" in text.flags
-    with pytest.raises(IngestError, match="^bin.txt: binary content"):
+    with pytest.raises(IngestError, match=r"^bin\.txt: named \.txt but the content is binary data \(NUL bytes\)$"):
         parse_filing(b"\x00\x01\x02", "bin.txt")
     with pytest.raises(IngestError, match="^blank.txt: the file holds no text"):
         parse_filing(b" \n\n ", "blank.txt")
@@ -136,7 +138,8 @@ def test_headings():
 
 def test_metadata_records_are_read_and_bad_fields_named():
     meta = meta_from_record({"company": "Acme", "doc_type": "10q", "period": "2023Q2", "cik": 123}, "s3://b/x", "x")
-    assert (meta.form_type, meta.fiscal_year, meta.fiscal_quarter, meta.extra) == ("10-Q", 2023, 2, {"cik": 123})
+    assert (meta.form_type, meta.fiscal_year, meta.fiscal_quarter, meta.cik) == ("10-Q", 2023, 2, "0000000123")
+    assert meta.extra == {} and meta.origins == {}
     assert meta.guessed == []
     assert meta_from_record({"period": "2022-09-30"}, "u", "x").period_end == date(2022, 9, 30)
     assert meta_from_record({"period": "FY2018"}, "u", "x").fiscal_year == 2018
@@ -168,7 +171,7 @@ def test_financebench_page_rows_become_filings_with_pages_as_chunks():
     with gzip.open(PAGES, "rb") as f:
         lines = list(islice(f, 6))
     index, errors = parse_meta_jsonl(DOC_INFO.read_bytes(), DOC_INFO.name)
-    assert errors == []
+    assert [e.source for e in errors] == [f"{DOC_INFO.name} line 170"]  # FOOTLOCKER_2023 twice: the first stands
     rows = filings_from_rows(io.BytesIO(b"".join(lines)), "pages.jsonl", index, COUNTER)
     queries = load_queries_from(lines)
     names = [json.loads(line)["doc_name"] for line in lines]

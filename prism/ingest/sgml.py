@@ -1,0 +1,130 @@
+"""EDGAR full-submission files (``<SEC-DOCUMENT>`` .txt): the SEC header and the documents, in
+file order. Which documents can be read is decided here; reading them is for prism.ingest.pages."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from prism.ingest.models import DocumentKind
+
+_DOCUMENT = re.compile(rb"<DOCUMENT>(.*?)(?:</DOCUMENT>|\Z)", re.DOTALL | re.IGNORECASE)
+_TAG = re.compile(rb"^<(TYPE|SEQUENCE|FILENAME|DESCRIPTION)>[ \t]*(.*?)[ \t]*$", re.MULTILINE | re.IGNORECASE)
+_TEXT = re.compile(rb"<TEXT>\r?\n?(.*?)(?:</TEXT>|\Z)", re.DOTALL | re.IGNORECASE)
+_HEADER = re.compile(rb"<(SEC|IMS)-HEADER>(.*?)</(?:SEC|IMS)-HEADER>", re.DOTALL | re.IGNORECASE)
+_WRAPPER = re.compile(rb"^\s*<(XBRL|XML|PDF|JSON)>\s*", re.IGNORECASE)
+_UUENCODED = re.compile(rb"^\s*begin [0-7]{3} \S", re.IGNORECASE)
+_HTML = re.compile(rb"<(?:html|body|div|p|table|font)[\s>]", re.IGNORECASE)
+_HEADER_LINE = re.compile(r"^(\s*)([A-Z][A-Z0-9 .\-/]*?):[ \t]*(.*?)\s*$")
+# Types and file names whose content is data, not prose: XBRL, the viewer's files, spreadsheets, images.
+_DATA_TYPES = re.compile(r"^(?:EX-101\b|XML$|JSON$|ZIP$|EXCEL$|GRAPHIC$|XBRL\b)", re.IGNORECASE)
+_DATA_SUFFIXES = frozenset({".xml", ".xsd", ".json", ".js", ".css", ".jpg", ".jpeg", ".gif", ".png", ".xlsx", ".zip"})
+
+
+def is_submission(data: bytes) -> bool:
+    """An EDGAR submission: the SEC header or a ``<DOCUMENT>`` with its ``<TYPE>`` near the top."""
+    head = data[:8192].upper()
+    return b"<SEC-DOCUMENT>" in head or b"<SEC-HEADER>" in head or (b"<DOCUMENT>" in head and b"<TYPE>" in head)
+
+
+@dataclass
+class SgmlDocument:
+    type: str
+    sequence: int | None
+    filename: str | None
+    description: str | None
+    body: bytes  # the content between <TEXT> and </TEXT>, wrapper tags taken off
+    kind: DocumentKind
+    skipped: str | None = None  # why it gives no pages
+
+
+@dataclass
+class Submission:
+    header: dict[str, str] = field(default_factory=dict)  # the header's fields (see header_fields)
+    documents: list[SgmlDocument] = field(default_factory=list)
+
+
+def parse_submission(data: bytes) -> Submission:
+    out = Submission()
+    if match := _HEADER.search(data):
+        out.header = header_fields(match.group(2).decode("latin-1"))
+    for block in _DOCUMENT.finditer(data):
+        tags = {
+            m.group(1).upper().decode(): m.group(2).decode("latin-1").strip()
+            for m in _TAG.finditer(block.group(1)[:2000])
+        }
+        text = _TEXT.search(block.group(1))
+        body = text.group(1) if text else b""
+        sequence = tags.get("SEQUENCE", "")
+        doc_type = tags.get("TYPE", "") or "UNKNOWN"
+        filename = tags.get("FILENAME") or None
+        kind, skipped = _kind(doc_type, filename, body)
+        out.documents.append(
+            SgmlDocument(
+                type=doc_type,
+                sequence=int(sequence) if sequence.isdigit() else None,
+                filename=filename,
+                description=tags.get("DESCRIPTION") or None,
+                body=_WRAPPER.sub(b"", body, count=1),
+                kind=kind,
+                skipped=skipped,
+            )
+        )
+    return out
+
+
+def _kind(doc_type: str, filename: str | None, body: bytes) -> tuple[DocumentKind, str | None]:
+    suffix = PurePosixPath(filename.lower()).suffix if filename else ""
+    if _UUENCODED.match(_WRAPPER.sub(b"", body[:200], count=1)):
+        return ("pdf", None) if suffix == ".pdf" else ("binary", "uuencoded binary")
+    if _DATA_TYPES.match(doc_type) or suffix in _DATA_SUFFIXES:
+        return "xbrl-xml", "XBRL, XML or other data"
+    if suffix == ".pdf":
+        return "other", "a PDF not uuencoded"
+    if not body.strip():
+        return "other", "no content"
+    return ("html", None) if suffix in (".htm", ".html") or _HTML.search(body[:4000]) else ("text", None)
+
+
+def header_fields(text: str) -> dict[str, str]:
+    """Flat fields of the SEC header. Of the company sections, the SUBJECT COMPANY's are kept
+    when there is one (a tender offer or an ownership report is about it, not its filer), else the
+    first FILER's; keys are the header's own ("COMPANY CONFORMED NAME", "FILED AS OF DATE")."""
+    top: dict[str, str] = {}
+    sections: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in text.splitlines():
+        match = _HEADER_LINE.match(line)
+        if not match:
+            continue
+        indent, key, value = match.groups()
+        if not indent and not value:  # "FILER:", "SUBJECT COMPANY:", "FILED BY:"
+            current = sections.setdefault(key, {}) if key not in sections else None
+            continue
+        if indent and current is not None:
+            current.setdefault(key, value)
+        elif not indent:
+            top.setdefault(key, value)
+            current = None
+    company = sections.get("SUBJECT COMPANY") or sections.get("FILER") or {}
+    return {**top, **{k: v for k, v in company.items() if v}}
+
+
+def uudecode(body: bytes) -> bytes:
+    """The bytes of a uuencoded document (``begin 644 name`` ... ``end``)."""
+    import binascii
+
+    out = bytearray()
+    for line in body.splitlines()[1:]:
+        if line.strip() in (b"end", b"`", b""):
+            if line.strip() == b"end":
+                break
+            continue
+        try:
+            out += binascii.a2b_uu(line)
+        except binascii.Error:
+            # some encoders pad short lines without the trailing spaces a2b_uu wants
+            length = (((line[0] - 32) & 63) * 4 + 5) // 3
+            out += binascii.a2b_uu(line[:length])
+    return bytes(out)

@@ -1,0 +1,188 @@
+"""EDGAR filings in: physical pages for every marker, whole submissions, identity from the filing.
+
+Real filings from ../shared/data/edgar (public SEC records, see its SOURCE.md) where one has the
+shape; small excerpts written in their style for marker spellings none of them uses."""
+
+import json
+from datetime import date
+
+import pytest
+
+from prism.ingest import Chunking, IngestError, parse_filing
+from prism.ingest.pages import html_pages, text_pages
+from prism.ingest.sgml import parse_submission
+from prism.segmenting import TokenCounter
+from tests.conftest import SHARED
+
+EDGAR = SHARED / "edgar" / "filings"
+COUNTER = TokenCounter()
+TRUTH = {row["file"]: row for row in map(json.loads, (SHARED / "edgar" / "truth.jsonl").read_text().splitlines())}
+
+
+def _html(body: str) -> bytes:
+    return f"<html><head><title>t</title><style>p {{margin:0}}</style></head><body>{body}</body></html>".encode()
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        '<hr style="page-break-after:always">',
+        '<div style="PAGE-BREAK-AFTER: always"></div>',
+        '<p style="break-after: page"></p>',
+        "<!-- PAGEBREAK -->",
+    ],
+)
+def test_every_spelling_of_a_break_after_starts_a_new_page(marker):
+    doc = html_pages(_html(f"<p>Cover of the report</p>{marker}<p>Revenue rose 12%.</p>{marker}"), "x.htm")
+    # the empty piece after the last break is no page
+    assert [p.text for p in doc.pages] == ["Cover of the report", "Revenue rose 12%."]
+
+
+@pytest.mark.parametrize(
+    "element",
+    [
+        '<p style="page-break-before:always">',
+        '<br style="page-break-before: always">',
+        '<div style="break-before:page">',
+    ],
+)
+def test_a_break_before_any_element_puts_it_on_the_next_page(element):
+    closing = "" if element.startswith("<br") else f"</{element[1 : element.index(' ')]}>"
+    doc = html_pages(_html(f"<p>One</p>{element}Two{closing}<p>still two</p>"), "x.htm")
+    assert [p.text.split("\n")[0] for p in doc.pages] == ["One", "Two"]
+    assert "still two" in doc.pages[1].text
+
+
+def test_break_values_that_are_not_breaks_and_hidden_text_are_ignored():
+    body = (
+        '<div style="display:none"><ix:header><ix:nonNumeric name="dei:EntityCentralIndexKey">0000320193'
+        "</ix:nonNumeric></ix:header></div>"
+        '<p style="page-break-inside:avoid; break-before:auto">Only page</p><script>var x = 1;</script>'
+    )
+    doc = html_pages(_html(body), "x.htm")
+    assert [p.text for p in doc.pages] == ["Only page"]
+    assert doc.facts == {"EntityCentralIndexKey": "0000320193"}  # read before the hidden header is dropped
+
+
+WORDS = ["Revenue rose.", "Costs fell.", "Cash grew.", "Debt was repaid.", "Margins widened."]
+
+
+def test_running_headers_are_dropped_and_printed_numbers_kept():
+    pages = [f"<p>Apple Inc. | 2024 Form 10-K | {30 + i}</p><p>{w}</p>" for i, w in enumerate(WORDS)]
+    doc = html_pages(_html('<hr style="page-break-after:always">'.join(pages)), "x.htm")
+    assert [p.text for p in doc.pages] == WORDS
+    assert [p.printed for p in doc.pages] == [str(n) for n in range(30, 35)]
+    footers = [f"<p>{w}</p><p>{i + 1}</p>" for i, w in enumerate(WORDS)]
+    doc = html_pages(_html('<hr style="page-break-after:always">'.join(footers)), "x.htm")
+    assert [(p.text, p.printed) for p in doc.pages] == [(w, str(i + 1)) for i, w in enumerate(WORDS)]
+
+
+def test_plain_text_pages_at_page_lines_and_form_feeds():
+    pages = text_pages("cover\n<PAGE>   2\nsecond\n\n<PAGE>\nthird")
+    assert [(p.text, p.printed) for p in pages] == [("cover", None), ("second", "2"), ("third", None)]
+    assert [p.text for p in text_pages("one\fsecond\f\f")] == ["one", "second"]
+
+
+def test_printed_page_numbers_split_a_filing_without_markers():
+    dashed = "\n".join(f"{' ' * 30}-{n}-\n\n{w}" for n, w in enumerate(WORDS, start=1))
+    assert [(p.printed, p.text) for p in text_pages(dashed)] == [(str(n), w) for n, w in enumerate(WORDS, start=1)]
+    footers = "\n".join(f"{w}\nPage {n}" for n, w in enumerate(WORDS, start=1))
+    assert [(p.text, p.printed) for p in text_pages(footers)] == [(w, str(n)) for n, w in enumerate(WORDS, start=1)]
+    # numbers that do not rise as pages do are table values, not folios
+    table = "Revenue\n12\nCost\n7\nProfit\n5"
+    assert len(text_pages(table)) == 1
+
+
+def test_fixed_width_text_keeps_its_columns():
+    page = text_pages("      Revenue      1,200     1,100\n      Cost           700       650\n")[0]
+    assert page.text.split("\n") == ["Revenue      1,200     1,100", "Cost           700       650"]
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_real_filings_pages_documents_and_identity_match_the_truth(name):
+    truth = TRUTH[name]
+    filing = parse_filing((EDGAR / name).read_bytes(), name, counter=COUNTER)
+    assert filing.pages == truth["pages"]
+    readable = [(d.type, list(d.pages)) for d in filing.documents if d.pages]
+    assert readable == [(d["type"], d["pages"]) for d in truth["documents"] if d["pages"]]
+    assert filing.meta.form_type == truth["form"]
+    assert (
+        str(filing.meta.period_end) == str(truth["period_end"]) if truth["period_end"] else not filing.meta.period_end
+    )
+    if truth["cik"] and name.endswith(".txt") or "10q" in name:
+        assert filing.meta.cik == truth["cik"]
+    # a chunk never spans pages, every page has one, and each carries its document
+    assert {c.page for c in filing.chunks} == set(range(1, truth["pages"] + 1))
+    assert all(c.document for c in filing.chunks)
+
+
+def test_a_submission_skips_binaries_and_xbrl_and_lists_them():
+    name = "bcow-8k-2024-12-27_0000943374-24-000509.txt"
+    filing = parse_filing((EDGAR / name).read_bytes(), name, counter=COUNTER)
+    skipped = {d.filename: d.skipped for d in filing.documents if d.skipped}
+    assert skipped["Financial_Report.xlsx"] == "uuencoded binary"
+    assert skipped["0000943374-24-000509-xbrl.zip"] == "uuencoded binary"
+    assert skipped["R1.htm"] and skipped["bcow-20241220.xsd"] and skipped["MetaLinks.json"]
+    text = "\n".join(c.text for c in filing.chunks)
+    assert "begin 644" not in text and "<xbrl" not in text.lower() and "xmlns" not in text
+    assert filing.tokens < 6000  # the 8-K's three pages, not 160 KB of markup and binaries
+
+
+def test_a_submissions_exhibit_pages_continue_after_the_form():
+    name = "cvr-energy-sc-to-t-a-2025-01-10_0001104659-25-002604.txt"
+    filing = parse_filing((EDGAR / name).read_bytes(), name, counter=COUNTER)
+    exhibit = [c for c in filing.chunks if c.document == "EX-99.(A)(5)(C)"]
+    assert {c.page for c in exhibit} == {11, 12}
+    # the header names the subject company of a tender offer, not its filer
+    assert filing.meta.company == "CVR ENERGY INC" and filing.meta.cik == "0001376139"
+    assert filing.meta.origins["company"] == "sgml-header" and filing.meta.filed == date(2025, 1, 10)
+    assert "company" not in filing.meta.guessed
+
+
+def test_identity_from_dei_facts_from_the_cover_and_the_order_of_trust():
+    name = "orcl-8k-2024-11-18.html"
+    filing = parse_filing((EDGAR / name).read_bytes(), name, counter=COUNTER)
+    meta = filing.meta
+    assert (meta.company, meta.cik, meta.form_type) == ("ORACLE CORP", "0001341439", "8-K")
+    assert meta.period_end == date(2024, 11, 14)  # an 8-K's period is its event date
+    assert meta.origins["company"] == "dei" and meta.guessed == []
+    cover = parse_filing((EDGAR / "sophiris-8k-2016-03-23_0001437749-16-028287.html").read_bytes(), "s.html")
+    assert (cover.meta.company, cover.meta.period_end) == ("Sophiris Bio Inc.", date(2016, 3, 23))
+    assert cover.meta.origins["company"] == "cover" and "company" in cover.meta.guessed
+    given = parse_filing((EDGAR / name).read_bytes(), name, {"company": "Oracle"}, counter=COUNTER)
+    assert given.meta.company == "Oracle" and given.meta.origins["company"] == "metadata"
+    old = parse_filing((EDGAR / "page-america-s-3a-1995-05-25_0000899681-95-000096.txt").read_bytes(), "p.txt")
+    # no SEC header: the first document's type is the form; the registrant line is not the rule under it
+    assert (old.meta.form_type, old.meta.company, old.meta.filed) == (
+        "S-3/A",
+        "PAGE AMERICA GROUP, INC.",
+        date(1995, 5, 25),
+    )
+
+
+def test_versions_follow_the_text_not_the_bytes():
+    name = "lge-ku-8k-2003-03-25_0001104659-03-004925.html"
+    data = (EDGAR / name).read_bytes()
+    first = parse_filing(data, name, counter=COUNTER)
+    rewritten = data.replace(b"<html>", b"<html><!-- generated 2026-12-05T02:00:00Z -->", 1)
+    assert rewritten != data and parse_filing(rewritten, name, counter=COUNTER).version == first.version
+    edited = data.replace(b"Sarbanes-Oxley", b"Sarbanes Oxley")
+    assert edited != data
+    assert parse_filing(edited, name, counter=COUNTER).version != first.version
+    assert parse_filing(data, name, chunking=Chunking(chunk_tokens=64), counter=COUNTER).version != first.version
+
+
+def test_a_long_table_cut_into_chunks_repeats_its_column_header():
+    rows = "\n".join(f"Segment {i}      {i},100      {i},050" for i in range(1, 80))
+    text = f"Revenue by segment\n\n(in millions)      2025      2024\n{rows}"
+    filing = parse_filing(text.encode(), "t.txt", chunking=Chunking(chunk_tokens=120), counter=COUNTER)
+    table = [c for c in filing.chunks if "Segment" in c.text]
+    assert len(table) >= 3 and all("(in millions)      2025      2024\nSegment " in c.text for c in table)
+    assert all(c.tokens <= 120 for c in filing.chunks)
+
+
+def test_a_submission_with_no_readable_document_fails_naming_it():
+    data = b"<SEC-DOCUMENT>\n<DOCUMENT>\n<TYPE>GRAPHIC\n<FILENAME>logo.jpg\n<TEXT>\nbegin 644 logo.jpg\nM\nend\n</TEXT>\n</DOCUMENT>\n"
+    assert parse_submission(data).documents[0].skipped == "uuencoded binary"
+    with pytest.raises(IngestError, match="^sub.txt: no readable document"):
+        parse_filing(data, "sub.txt", counter=COUNTER)
