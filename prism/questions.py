@@ -24,9 +24,34 @@ SCOPE_KEYS = frozenset({"company", "form_types", "period"})
 QREL_KEYS = frozenset({"filing", "page", "chunk", "grade"})
 
 
+# Legal-form words a name may end in, any number of them ("Acme Co., Inc."). "Holdings" and "Group"
+# stay: a parent and its subsidiary can both file ("Icahn Enterprises Holdings L.P." beside "Icahn
+# Enterprises L.P."), and a scope without them still reaches such a name by its first words.
+LEGAL_FORMS = frozenset("inc incorporated corp corporation co company ltd limited llc lp plc nv sa ag se".split())
+_CIK = re.compile(r"(?:cik)?\s*(\d{1,10})", re.IGNORECASE)
+
+
+def company_words(name: str) -> tuple[str, ...]:
+    """A company name's words, lower case, without a leading "The", its legal form, "&" or "and",
+    or an EDGAR state tag ("LOUISVILLE GAS & ELECTRIC CO /KY/": louisville gas electric)."""
+    text = re.sub(r"(\s*[/\\][a-z]+[/\\]?)+\s*$", "", name.lower())
+    text = re.sub(r"(?<=\b[a-z])\.(?=[a-z]\b)|['\u2019]", "", text)  # "L.P.": lp, "Macy's": macys
+    words = [w for w in re.split(r"[^a-z0-9]+", text) if w and w != "and"]
+    while len(words) > 1 and words[-1] in LEGAL_FORMS:
+        words.pop()
+    return tuple(words[1:] if len(words) > 1 and words[0] == "the" else words)
+
+
 def company_key(name: str) -> str:
-    """Companies match whatever their case, spacing and punctuation ("Johnson & Johnson", "JOHNSON_JOHNSON")."""
-    return re.sub(r"[^a-z0-9]+", "", name.lower().replace("&", ""))
+    """Companies match whatever their case, spacing, punctuation and legal form ("Johnson & Johnson",
+    "JOHNSON_JOHNSON"; "THE BUCKLE, INC.", "Buckle")."""
+    return "".join(company_words(name))
+
+
+def cik_number(text: str | None) -> int | None:
+    """A CIK as a number, however written ("1045810", "0001045810", "CIK0001045810"); None if not one."""
+    found = _CIK.fullmatch(text.strip()) if text else None
+    return int(found[1]) if found else None
 
 
 class Scope(BaseModel):

@@ -10,6 +10,7 @@ ends a question here is written by the ledger, like every other outcome.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import uuid
@@ -24,7 +25,7 @@ from prism.ingest.models import Chunking, FilingMeta
 from prism.llm import BudgetExhausted, Gateway, recording
 from prism.models import FILING_TYPES, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, RunManifest, job_id
 from prism.periods import choose_filings, resolve_period
-from prism.questions import Question, company_key
+from prism.questions import Question, cik_number, company_key, company_words
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from tasks.base import JobTask
@@ -70,16 +71,18 @@ def plan_question(self: PlanTask, message: dict) -> None:
             return
         if plan.since == "unchanged":  # an earlier result is missing: ranked again
             plan.since = "changed_filings"
-    forms = _forms(rt, ledger, job, message)
-    if forms is None:
-        return  # its document job is on the fleet and plans the question again when it is done
-    scores, plan.forms_ranked_by, plan.documents = forms
     q = job.question
     period = resolve_period(q.question, q.scope.period)
     plan.period = period.label()
-    choices = choose_filings(period, scores, pool, job.filings_per_question, q.scope.form_types)
+    choices = []
+    if pool:  # a scope with no filing pays for no form ranking
+        forms = _forms(rt, ledger, job, message)
+        if forms is None:
+            return  # its document job is on the fleet and plans the question again when it is done
+        scores, plan.forms_ranked_by, plan.documents = forms
+        choices = choose_filings(period, scores, pool, job.filings_per_question, q.scope.form_types)
     if not choices:
-        plan.error = _no_filing(job, period.label())
+        plan.error = _no_filing(job, period.label(), view)
         if not ledger.has_outcome(job):
             ledger.failure(job, plan.error, self.paid(job))
         ledger.planned(job, plan, plan.outcomes)
@@ -120,28 +123,86 @@ def plan_question(self: PlanTask, message: dict) -> None:
 # -- what a question is planned from ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CorpusView:
-    """What planning reads of a corpus: each filing's metadata and latest version, by company."""
+Filings = list[tuple[str, FilingMeta]]
+CompanyId = int | str  # a CIK, or the name key of filings that carry none
 
-    versions: dict[str, str]
-    everything: list[tuple[str, FilingMeta]]
-    by_company: dict[str, list[tuple[str, FilingMeta]]]
+
+class CorpusView:
+    """What planning reads of a corpus: each filing's metadata and latest version, and lookups that
+    resolve a scope's company (a CIK, a ticker, a name, or a name's first words) to its filings.
+
+    A company is a CIK: its filings under every name it filed as. A scope matches by CIK, then
+    whole name, then ticker; failing those, by a name's first words, and only when they fit one
+    company (an exact name is never lost to a longer one, "Apple" is not "Apple Hospitality")."""
+
+    def __init__(self, everything: Filings, versions: dict[str, str] | None = None) -> None:
+        self.everything, self.versions = everything, versions or {}
+        self.companies: dict[CompanyId, Filings] = {}
+        self.named: dict[CompanyId, str] = {}  # the name it first filed under, for messages
+        self.by_key: dict[str, set[CompanyId]] = {}
+        self.by_ticker: dict[str, set[CompanyId]] = {}
+        self.by_prefix: dict[str, set[str]] = {}  # a key's first words -> the keys they begin
+        self.names: dict[str, str] = {}  # key -> a name as filed
+        words_of = {m.company: company_words(m.company) for _, m in everything if m.company}  # once a name
+        ciks: dict[str, set[int]] = {}
+        for _, meta in everything:
+            if meta.company and (cik := cik_number(meta.cik)) is not None:
+                ciks.setdefault("".join(words_of[meta.company]), set()).add(cik)
+        for fid, meta in everything:
+            words = words_of[meta.company] if meta.company else ()
+            key, cik = "".join(words), cik_number(meta.cik)
+            if cik is None and len(ciks.get(key, ())) == 1:
+                cik = next(iter(ciks[key]))  # no CIK of its own: the one company filing under its name
+            company = cik if cik is not None else key
+            if company == "":
+                continue  # neither a CIK nor a name: only an unscoped question reaches it
+            self.companies.setdefault(company, []).append((fid, meta))
+            if meta.ticker:
+                self.by_ticker.setdefault(meta.ticker.strip().upper(), set()).add(company)
+            if key and meta.company:
+                self.named.setdefault(company, meta.company)
+                self.names.setdefault(key, meta.company)
+                self.by_key.setdefault(key, set()).add(company)
+                for n in range(1, len(words)):
+                    self.by_prefix.setdefault("".join(words[:n]), set()).add(key)
 
     @classmethod
     def read(cls, rt: Runtime, uri: str) -> CorpusView:
         manifest = Corpus(rt.store(uri)).manifest()
         everything = [(fid, entry.meta) for fid, entry in manifest.filings.items()]
-        by_company: dict[str, list[tuple[str, FilingMeta]]] = {}
-        for fid, meta in everything:
-            if meta.company:
-                by_company.setdefault(company_key(meta.company), []).append((fid, meta))
-        return cls({fid: e.latest for fid, e in manifest.filings.items()}, everything, by_company)
+        return cls(everything, {fid: e.latest for fid, e in manifest.filings.items()})
 
-    def pool(self, company: str | None) -> list[tuple[str, FilingMeta]]:
-        return self.by_company.get(company_key(company), []) if company else self.everything
+    def match(self, company: str) -> tuple[set[CompanyId], bool]:
+        """The companies a scope names, and whether it names them outright (not by first words)."""
+        cik = cik_number(company)
+        if cik is not None and cik in self.companies:
+            return {cik}, True
+        key = company_key(company)
+        found = self.by_key.get(key) or self.by_ticker.get(company.strip().upper())
+        if found:
+            return found, True
+        return {c for k in self.by_prefix.get(key, ()) for c in self.by_key[k]}, False
 
-    def pool_digest(self, pool: list[tuple[str, FilingMeta]]) -> str:
+    def pool(self, company: str | None) -> Filings:
+        if not company:
+            return self.everything
+        found, outright = self.match(company)
+        if len(found) > 1 and not outright:
+            return []  # first words that fit several companies: none is guessed
+        return [f for c in sorted(found, key=str) for f in self.companies[c]]
+
+    def hint(self, company: str) -> str:
+        """What a no-filing error adds about a scope's company: the companies its words fit when
+        they fit several, the closest names when it names none; nothing when it names one."""
+        found, outright = self.match(company)
+        if len(found) > 1 and not outright:
+            return f"; {company!r} could be any of: {', '.join(sorted(self.named[c] for c in found))}"
+        if found:
+            return ""
+        close = difflib.get_close_matches(company_key(company), list(self.names), n=3, cutoff=0.5)
+        return f"; closest companies in the corpus: {', '.join(self.names[k] for k in close)}" if close else ""
+
+    def pool_digest(self, pool: Filings) -> str:
         """The filings of a scope at their versions: unchanged while none is added, changed or removed."""
         return digest(sorted((fid, self.versions[fid]) for fid, _ in pool))
 
@@ -333,11 +394,12 @@ def _record(job: QuestionJob, **fields) -> QuestionPlan:
     )
 
 
-def _no_filing(job: QuestionJob, period: str) -> str:
+def _no_filing(job: QuestionJob, period: str, view: CorpusView) -> str:
     scope = job.question.scope
     what = [f"company {scope.company!r}" if scope.company else "any company"]
     if scope.form_types:
         what.append(f"form types {', '.join(scope.form_types)}")
     if period != "latest":
         what.append(f"period {period}")
-    return f"{NO_FILING}: the corpus {job.corpus} holds no filing of {' and '.join(what)}"
+    hint = view.hint(scope.company) if scope.company else ""
+    return f"{NO_FILING}: the corpus {job.corpus} holds no filing of {' and '.join(what)}{hint}"
