@@ -45,6 +45,9 @@ _LATEST = re.compile(r"^(latest|newest|most recent|current)$", re.I)
 _SCOPE = re.compile(r"^(?:FY\s*(\d{4})|(\d{4})\s*-?\s*Q([1-4])|Q([1-4])\s*-?\s*(?:FY\s*)?(\d{4})|(\d{4}))$", re.I)
 
 
+PERIODIC = frozenset({"10-K", "10-Q", "20-F", "40-F"})  # reports filed within weeks of their period's end
+
+
 class PeriodError(ValueError):
     """A period a scope gives that is none of the spellings read here."""
 
@@ -141,8 +144,13 @@ def period_fit(period: Period, meta: FilingMeta) -> float:
     a quarterly filing of the year asked); 0 for one of another period. Latest: 0 (recency decides)."""
     year = filing_year(meta)
     dated = filing_date(meta)
-    if period.date is not None and dated is not None and 0 <= (dated - period.date).days <= 45:
-        return 1.5 - (dated - period.date).days / 100  # a current report filed within weeks of the event
+    if period.date is not None and dated is not None:
+        days = (dated - period.date).days
+        if 0 <= days <= 45:
+            return 1.5 - days / 100  # a current report filed within weeks of the event
+        if -45 <= days < 0 and meta.form_type in PERIODIC:
+            # a date just after a quarter or year ends is on its report: shares outstanding on the cover, subsequent events
+            return 1.2 + days / 100
     if period.year is None or year is None:
         return 0.0
     if period.quarter is not None:

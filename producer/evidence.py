@@ -32,7 +32,9 @@ COLUMNS = (
     "company",
     "form_type",
     "period",
-    "page",
+    "page",  # physical, 1-based, numbered on across a submission's documents
+    "printed_page",  # the number printed on that page, when it prints one
+    "document",  # the submission document it is in ("10-Q", "EX-99.1")
     "section",
     "heading",
     "chunk_id",
@@ -119,6 +121,8 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
                     "form_type": filing.meta.form_type or "",
                     "period": _period(filing),
                     "page": chunk.page,
+                    "printed_page": chunk.printed_page or "",
+                    "document": chunk.document or "",
                     "section": chunk.section,
                     "heading": chunk.heading or "",
                     "chunk_id": chunk.id,
@@ -134,6 +138,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
         judged += 1
         chosen = q["filings"][0]["filing"] if q["filings"] else None
         top1 += int(chosen in {f for f, _ in relevant})
+        ranked = list(dict.fromkeys(ranked))  # a page holds several chunks: it is cited once, where first ranked
         found = {k for k in ranked[:5] if k in relevant}
         recall += len(found) / len(relevant)
         ids = {k: i for i, k in enumerate(dict.fromkeys([*grades, *ranked]))}
@@ -172,6 +177,8 @@ def write(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
             ("form_type", pa.string()),
             ("period", pa.string()),
             ("page", pa.int32()),
+            ("printed_page", pa.string()),
+            ("document", pa.string()),
             ("section", pa.int32()),
             ("heading", pa.string()),
             ("chunk_id", pa.string()),
