@@ -312,6 +312,14 @@ def ingest(
     )
     for failure in summary.failures[:10]:
         console.print(f"[yellow]not ingested:[/yellow] {failure}", highlight=False)
+    if len(summary.failures) > 10:
+        console.print(f"and {len(summary.failures) - 10} more: the corpus manifest lists every failure")
+    for fid, fields in list(summary.guessed.items())[:10]:
+        console.print(
+            f"[yellow]identity guessed:[/yellow] {fid}: {fields} (a metadata file overrides)", highlight=False
+        )
+    if len(summary.guessed) > 10:
+        console.print(f"and {len(summary.guessed) - 10} more filings with guessed fields (their meta.guessed)")
     if summary.unsupported:
         n, shown = len(summary.unsupported), ", ".join(PurePosixPath(u).name for u in summary.unsupported[:5])
         more = f" and {n - 5} more" if n > 5 else ""

@@ -48,6 +48,7 @@ def ingest(
                 meta=meta,
                 segment_tokens=settings.segment_tokens,
                 fingerprint=item.fingerprint,
+                exhibits=[(e.uri, e.type) for e in item.exhibits],
             )
             for item in items
         ]

@@ -1,4 +1,4 @@
-"""The ingest task: one source file into a corpus. Whatever raises, the file ends with one
+"""The ingest task: one source file (with the other files of its accession) into a corpus. Whatever raises, the file ends with one
 stored outcome: its filings, or a failure in the corpus saying why."""
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ def ingest_filing(self: IngestTask, message: dict) -> dict:
     try:
         with open_input(job.uri, rt.settings) as stream:
             data = stream.read()
+        exhibits = []
+        for uri, doc_type in job.exhibits:
+            with open_input(uri, rt.settings) as stream:
+                exhibits.append((uri, stream.read(), doc_type))
     except (OSError, ClientError) as err:
         return failed_source(corpus, job.uri, f"cannot be read ({err})").model_dump(mode="json")
     index: dict[str, dict[str, Any]] = {}
@@ -59,6 +63,16 @@ def ingest_filing(self: IngestTask, message: dict) -> dict:
             index, _ = parse_meta_jsonl(stream.read(), job.meta)  # its errors were stored by the producer
     counter = rt.counter(job.chunking.encoding)
     summary = ingest_file(
-        corpus, job.name, job.uri, data, job.record, job.chunking, counter, index, job.segment_tokens, job.fingerprint
+        corpus,
+        job.name,
+        job.uri,
+        data,
+        job.record,
+        job.chunking,
+        counter,
+        index,
+        job.segment_tokens,
+        job.fingerprint,
+        exhibits,
     )
     return summary.model_dump(mode="json")

@@ -43,6 +43,7 @@ from prism.ingest import (
     source_kind,
     stem,
 )
+from prism.ingest.accession import accession_of, index_types, is_index, primary_first
 from prism.ingest.filings import FOLDER_META, META_SUFFIXES, filing_id_of
 from prism.ingest.meta import unknown_keys
 from prism.segmenting import TokenCounter
@@ -268,6 +269,7 @@ class IngestSummary(BaseModel):
     failures: list[str] = []  # "source: reason"
     unsupported: list[str] = []  # files of a folder that are no filing nor metadata: not read
     failed_sources: dict[str, str] = {}  # source -> why it gave no filing
+    guessed: dict[str, str] = {}  # filing id -> its identity fields read from the cover or the file name
     done_sources: dict[str, SourceEntry] = {}  # source -> its fingerprint and the filings it gave
 
     def count(self, outcome: Outcome, entry: VersionEntry | None) -> None:
@@ -293,6 +295,7 @@ class IngestSummary(BaseModel):
         self.questions.update(other.questions)
         self.failures.extend(other.failures)
         self.failed_sources.update(other.failed_sources)
+        self.guessed.update(other.guessed)
         self.done_sources.update(other.done_sources)
 
 
@@ -306,6 +309,18 @@ class Source:
     record: dict[str, Any]
     stamp: Any  # () -> str: its size and modification time or ETag, without reading it
     fingerprint: str = ""  # the stamp with its record, the chunking and the metadata file
+    exhibits: tuple[Exhibit, ...] = ()  # further files of its EDGAR accession, read after it
+
+
+@dataclass(frozen=True)
+class Exhibit:
+    """A file of the same accession as a filing's main file: its pages follow the filing's."""
+
+    name: str
+    uri: str
+    read: Any  # () -> bytes
+    stamp: Any
+    type: str | None = None  # its document type, when an EDGAR index page gives it
 
 
 @dataclass(frozen=True)
@@ -324,12 +339,13 @@ def ingest_one(
     record: dict[str, Any] | None = None,
     chunking: Chunking | None = None,
     counter: TokenCounter | None = None,
+    exhibits: Sequence[tuple[str, bytes, str | None]] = (),
 ) -> IngestResult:
     """One PDF, HTML, text or EDGAR submission file into the corpus; a version is its extracted
     content, so a file rewritten with the same text is "unchanged". A source that gives no
     filing stores a failure."""
     try:
-        filing = parse_filing(data, source, record or {}, chunking=chunking, counter=counter)
+        filing = parse_filing(data, source, record or {}, chunking=chunking, counter=counter, exhibits=exhibits)
     except IngestError as err:
         corpus.put_failure(source, err.reason)
         return IngestResult("failed", reason=err.reason)
@@ -349,8 +365,10 @@ def ingest_file(
     index: dict[str, dict[str, Any]] | None = None,
     segment_tokens: int | None = None,
     fingerprint: str = "",
+    exhibits: Sequence[tuple[str, bytes, str | None]] = (),
 ) -> IngestSummary:
-    """One source file (the unit of an ingest task): a filing, or the filings inside a rows file.
+    """One source file (the unit of an ingest task) with the other files of its accession: a
+    filing, or the filings inside a rows file.
     With ``segment_tokens``, each filing's chunk input for that budget is stored too, so runs
     over the corpus find it made. A source that gave its filings without an error is recorded
     with its ``fingerprint``, so the next ingest of the same file sends no task."""
@@ -359,7 +377,7 @@ def ingest_file(
     if source_kind(name) == "rows":
         parsed = _ingest_rows(corpus, summary, data, uri, index or {}, counter)
     else:
-        result = ingest_one(corpus, data, uri, record, chunking, counter)
+        result = ingest_one(corpus, data, uri, record, chunking, counter, exhibits)
         if result.filing_id is None:
             summary.failed += 1
             summary.failures.append(f"{uri}: {result.reason}")
@@ -367,6 +385,10 @@ def ingest_file(
         else:
             _count(corpus, summary, result.outcome, result.filing_id)
             parsed = [result.filing] if result.filing is not None else []
+            if result.filing is not None and (meta := result.filing.meta).guessed:
+                summary.guessed[result.filing_id] = ", ".join(
+                    f"{f} from the {meta.origins[f].replace('-', ' ')}" for f in meta.guessed
+                )
     if segment_tokens:
         fresh = {(f.id, f.version): f for f in parsed}
         for fid, version in summary.filings.items():
@@ -410,7 +432,7 @@ def ingest_source(
     items: list[Source] = []
     taken: dict[str, str] = {}
     read_meta: set[str] = set()
-    for item in _sources(source, index, corpus, summary, given, read_meta):
+    for item in accessions(list(_sources(source, index, corpus, summary, given, read_meta))):
         if source_kind(item.name) != "rows":  # two files that would be one filing: the second fails
             fid = filing_id_of(item.uri, item.record)
             if taken.setdefault(fid, item.uri) != item.uri:
@@ -425,6 +447,7 @@ def ingest_source(
         for item in items:
             try:
                 data = item.read()
+                exhibits = [(e.uri, e.read(), e.type) for e in item.exhibits]
             except (OSError, KeyError) as err:
                 summary.merge(failed_source(corpus, item.uri, f"cannot be read ({err})"))
                 continue
@@ -439,6 +462,7 @@ def ingest_source(
                     counter,
                     index,
                     fingerprint=item.fingerprint,
+                    exhibits=exhibits,
                 )
             )
     else:
@@ -530,6 +554,32 @@ def _ingest_rows(
         _count(corpus, summary, corpus.put_filing(filing), filing.id)
     summary.questions.update(rows.questions)
     return rows.filings
+
+
+def accessions(items: list[Source]) -> list[Source]:
+    """Files of one EDGAR accession as one source: the form first, its exhibits after it. An
+    accession's ``-index.htm`` page is not a filing; it gives the documents' types."""
+    groups: dict[str, list[Source]] = {}
+    for item in items:
+        number = accession_of(item.name) if source_kind(item.name) in ("html", "text", "pdf") else None
+        groups.setdefault(number or f"\0{item.name}", []).append(item)
+    out: list[Source] = []
+    for group in groups.values():
+        pages = [i for i in group if is_index(i.name)]
+        files = [i for i in group if not is_index(i.name)]
+        if len(group) == 1 or not files:
+            out.extend(group)
+            continue
+        types: dict[str, str] = {}
+        for page in pages:
+            types.update(index_types(page.read()))
+        first, *rest = [next(i for i in files if i.name == n) for n in primary_first([i.name for i in files], types)]
+        exhibits = tuple(
+            Exhibit(i.name, i.uri, i.read, i.stamp, types.get(PurePosixPath(i.name).name.lower())) for i in rest
+        )
+        stamps = [first.stamp, *(e.stamp for e in exhibits), *(p.stamp for p in pages)]
+        out.append(replace(first, exhibits=exhibits, stamp=lambda stamps=stamps: "+".join(s() for s in stamps)))
+    return sorted(out, key=lambda i: i.name)
 
 
 def _sources(

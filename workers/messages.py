@@ -96,3 +96,4 @@ class IngestJob(BaseModel):
     meta: str | None = None  # a metadata JSONL that a rows file's filings are looked up in
     segment_tokens: int | None = None  # also store each filing's chunk input for this budget
     fingerprint: str = ""  # recorded with its filings, so the next ingest of an unchanged file sends no task
+    exhibits: list[tuple[str, str | None]] = []  # (uri, document type) of further files of its accession

@@ -186,3 +186,41 @@ def test_a_submission_with_no_readable_document_fails_naming_it():
     assert parse_submission(data).documents[0].skipped == "uuencoded binary"
     with pytest.raises(IngestError, match="^sub.txt: no readable document"):
         parse_filing(data, "sub.txt", counter=COUNTER)
+
+
+PRESS_RELEASE = """<html><body><p>Exhibit 99.1</p>
+<p>Sophiris Bio Reports Fourth Quarter and Full Year 2015 Financial Results</p>
+<p>Net loss for the year ended December 31, 2015 was $9.7 million.</p></body></html>"""
+
+
+def test_an_exhibit_in_its_own_file_joins_its_filing_by_accession_number(tmp_path):
+    from workers.corpus import Corpus, ingest_source
+    from workers.store import LocalStore
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    form = "sophiris-8k-2016-03-23_0001437749-16-028287.html"
+    (folder / form).write_bytes((EDGAR / form).read_bytes())
+    (folder / "sophiris_0001437749-16-028287_ex99-1.htm").write_text(PRESS_RELEASE)
+    store = LocalStore(tmp_path / "corpus")
+    summary = ingest_source(folder, store)
+    assert (summary.ingested, summary.failed) == (1, 0)
+    filing = Corpus(store).get_filing(form.removesuffix(".html"))
+    assert [(d.type, d.pages) for d in filing.documents] == [("8-K", (1, 3)), ("EX-99.1", (4, 4))]
+    release = [c for c in filing.chunks if c.document == "EX-99.1"]
+    assert release and all(c.page == 4 for c in release) and "$9.7 million" in release[0].text
+    # an EDGAR index page beside them gives the exhibit's type; it is no filing of its own
+    (folder / "sophiris_0001437749-16-028287_ex99-1.htm").rename(folder / "release.htm")
+    (folder / "0001437749-16-028287").mkdir()
+    for name in (form, "release.htm"):
+        (folder / name).rename(folder / "0001437749-16-028287" / name)
+    (folder / "0001437749-16-028287" / "0001437749-16-028287-index.htm").write_text(
+        "<table class='tableFile'><tr><th>Seq</th><th>Description</th><th>Document</th><th>Type</th></tr>"
+        f"<tr><td>1</td><td>8-K</td><td><a href='x'>{form}</a></td><td>8-K</td></tr>"
+        "<tr><td>2</td><td>PRESS RELEASE</td><td><a href='y'>release.htm</a></td><td>EX-99.1</td></tr></table>"
+    )
+    store = LocalStore(tmp_path / "corpus2")
+    summary = ingest_source(folder, store)
+    assert (summary.ingested, summary.failed, summary.unsupported) == (1, 0, [])
+    filing = Corpus(store).get_filing(form.removesuffix(".html"))
+    assert [(d.type, d.pages) for d in filing.documents] == [("8-K", (1, 3)), ("EX-99.1", (4, 4))]
