@@ -21,8 +21,13 @@ _PART = re.compile(r"^part\s+[ivx]{1,4}\b\s*(?:[.:\-\u2013\u2014]\s*\S.*)?$", re
 _MARKDOWN = re.compile(r"^#{1,6}\s+\S")
 _TOC_PAGE = re.compile(r"\s\d{1,3}$")  # "Item 1A. Risk Factors 12": a table-of-contents entry
 MAX_HEADING_CHARS = 160
-_YEARS = re.compile(r"\b(?:19|20)\d{2}\b")  # a header row of years is no row of figures
-_FIGURE = re.compile(r"\d[\d,.]*\s*%?\)?\s*$|\(\d[\d,.]*\)|\$\s*\d")  # a row that ends in, or holds, a figure
+MIN_ROWS = 3
+_FIGURE = re.compile(r"\d[\d,.]*\s*%?\)?\s*$|\(\d[\d,.]*\)|\$\s*\d")  # a line that ends in, or holds, a figure
+_YEARS = re.compile(r"\b(?:19|20)\d{2}\b")
+_DATES = re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}\b,?", re.IGNORECASE)
+# an amount: $5, 1,234, (12), 4.5, or a small number ending the row
+_AMOUNT = re.compile(r"\$\s*\(?\s*\d|\d{1,3}(?:,\d{3})+|\(\s*\d[\d,.]*\s*\)|\d\.\d|(?<![\w.,])\d{1,3}\s*%?\s*$")
+_HEADING_WORDS = re.compile(r"\d|million|thousand|billion|percent|%", re.IGNORECASE)  # what a column header says
 
 
 def is_heading(line: str) -> bool:
@@ -111,9 +116,7 @@ def _pack(text: str, limit: int, counter: TokenCounter) -> list[tuple[str, bool]
     """Paragraphs joined greedily up to ``limit`` tokens; a paragraph over it is cut by lines,
     a line over it by tokens (those pieces are flagged as split)."""
     pieces: list[tuple[str, bool]] = []
-    for paragraph in (p.strip() for p in text.split("\n\n")):
-        if not paragraph:
-            continue
+    for paragraph in _paragraphs(text):
         if counter.count(paragraph) <= limit:
             pieces.append((paragraph, False))
             continue
@@ -134,12 +137,63 @@ def _pack(text: str, limit: int, counter: TokenCounter) -> list[tuple[str, bool]
     return chunks
 
 
+def _paragraphs(text: str) -> list[str]:
+    """The text's paragraphs; a run of three or more one-line rows (HTML that sets each table row
+    apart) is one block, so the table is packed, and cut with its header, as a whole."""
+    out: list[str] = []
+    rows: list[str] = []
+    for paragraph in (p.strip() for p in text.split("\n\n")):
+        if paragraph and "\n" not in paragraph and _row_like(paragraph):
+            rows.append(paragraph)
+            continue
+        _close(out, rows)
+        rows = []
+        if paragraph:
+            out.append(paragraph)
+    _close(out, rows)
+    return out
+
+
+def _close(out: list[str], rows: list[str]) -> None:
+    """A run of rows ends: one block when it is a table, with the column header above it (a
+    paragraph of up to four short lines naming years, dates or units) taken in."""
+    if len(rows) < MIN_ROWS:
+        out.extend(rows)
+        return
+    above = out[-1].split("\n") if out else []
+    if above and len(above) <= 4 and len(out[-1]) <= 300 and not any(_is_row(x) for x in above):
+        if _HEADING_WORDS.search(out[-1]):
+            rows = [*above, *rows]
+            out.pop()
+    out.append("\n".join(rows))
+
+
+def _row_like(line: str) -> bool:
+    """A table row or a row label: short, ending in a figure or a colon, or a few words."""
+    return len(line) <= 200 and (bool(_FIGURE.search(line)) or line.endswith(":") or len(line) <= 60)
+
+
+def _column_header(lines: list[str]) -> list[str]:
+    """A table's column header: the lines above its first row of amounts (dates, years and units
+    are no amounts), less the row labels under it ("ASSETS", "Current assets:")."""
+    first_row = next((i for i, line in enumerate(lines) if _is_row(line)), None)
+    if not first_row or first_row > 4 or len(lines) - first_row < 3:
+        return []
+    header = lines[:first_row]
+    while header and not _HEADING_WORDS.search(header[-1]):
+        header.pop()
+    return header
+
+
+def _is_row(line: str) -> bool:
+    return bool(_AMOUNT.search(_DATES.sub(" ", _YEARS.sub(" ", line))))
+
+
 def _cut(paragraph: str, limit: int, counter: TokenCounter) -> list[tuple[str, bool]]:
-    """A paragraph over the limit in pieces of whole lines; a table's pieces (rows with figures)
-    each start with its column header, the lines above its first row of figures."""
+    """A paragraph over the limit in pieces of whole lines; a table's pieces each start with its
+    column header."""
     lines = paragraph.split("\n")
-    first_row = next((i for i, line in enumerate(lines) if _FIGURE.search(_YEARS.sub("", line))), None)
-    header = lines[:first_row] if first_row and first_row <= 3 and len(lines) - first_row >= 3 else []
+    header = _column_header(lines)
     header_tokens = counter.count("\n".join(header)) + 1 if header else 0
     if header_tokens > limit // 2:
         header, header_tokens = [], 0

@@ -8,6 +8,7 @@ import logging
 import re
 
 _SPACES = re.compile(r"[^\S\n]+")  # any whitespace but the newline, NBSP and other Unicode spaces included
+_INVISIBLE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")  # zero-width spacers, soft hyphens
 
 
 class IngestError(ValueError):
@@ -21,7 +22,8 @@ class IngestError(ValueError):
 def normalize(text: str) -> str:
     """Runs of spaces collapsed, lines stripped, empty lines dropped (paragraph breaks kept as
     one empty line where the source had any)."""
-    lines = [_SPACES.sub(" ", line).strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    text = _INVISIBLE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
     out: list[str] = []
     for line in lines:
         if line or (out and out[-1]):

@@ -24,11 +24,16 @@ HEAD_CHARS = 8000  # the cover page: where the form, the period and the registra
 _MONTH_DATE = r"([A-Z][a-z]{2,8}\.?\s+\d{1,2}\s*,?\s*\d{4})"
 _COVER_FORM = re.compile(r"^\s*FORM\s+([0-9A-Z]{1,4}-[0-9A-Z]{1,4}(?:/A)?|10-K\S*|10-Q\S*|DEF\s?14A)\s*$", re.M | re.I)
 _COVER_PERIOD = re.compile(
-    r"for the (?:fiscal year|quarterly period|transition period|year) ended:?\s+" + _MONTH_DATE, re.I
+    r"for (?:the )?(?:fiscal year|quarterly period|transition period|year) ended:?\s+" + _MONTH_DATE, re.I
 )
 _EVENT_AFTER = re.compile(r"\(Date of earliest event reported\)\s*:?\s*" + _MONTH_DATE, re.I)
 _EVENT_BEFORE = re.compile(_MONTH_DATE + r"\s*\n?\s*\(?Date of Report\s*\(Date of earliest event reported\)", re.I)
-_REGISTRANT = re.compile(r"\(\s*Exact name of (?:registrant|issuer|company)[^)]*\)", re.I)
+# the line under the name: "(Exact name of registrant as specified in its charter)", "(Registrant Name)",
+# "(Name of Issuer)" (an ownership report is about the issuer)
+_REGISTRANT = re.compile(
+    r"\(\s*(?:Exact name of (?:registrant|issuer|company)[^)]*|Registrant[\u2019']?s? Name|Name of (?:Registrant|Issuer))\s*\)",
+    re.I,
+)
 # "2-26720 Louisville Gas and Electric Company 61-0264150": commission file number, name, IRS number
 _COMBINED = re.compile(r"^\s*\d{1,3}-\d{3,6}\s+(.+?)\s+\d{2}-\d{7}\s*$", re.M)
 _FILED_ON = re.compile(r"As filed with the Securities and Exchange Commission on\s+" + _MONTH_DATE, re.I)

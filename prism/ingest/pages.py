@@ -36,8 +36,9 @@ _FOLIO = re.compile(r"^\s*(?:page\s+)?(\d{1,4})(?:\s+of\s+\d{1,4})?\s*$", re.IGN
 _PRINTED = re.compile(
     r"^\s*(?:page\s+)?-?\s*(\d{1,4}|[A-Z]{1,2}-\d{1,3}|[ivxlc]{1,7})\s*-?(?:\s+of\s+\d{1,4})?\s*$", re.IGNORECASE
 )
-_TRAILING_NUMBER = re.compile(r"(?:^|[\s|])(\d{1,4}|[A-Z]{1,2}-\d{1,3})\s*$")
+_EDGE_NUMBER = re.compile(r"(?:^|[\s|])(\d{1,4}|[A-Z]{1,2}-\d{1,3})\s*$|^\s*(\d{1,4})(?:[\s|]|$)")
 _DIGITS = re.compile(r"\d+")
+_TEXT_TAGS = re.compile(r"</?(?:TABLE|CAPTION|S|C|FN)>", re.IGNORECASE)
 EDGE_LINES = 3  # how far from a page's top or bottom a running line or printed number sits
 MIN_RUN = 3  # printed numbers that make a run; pages that make "most pages"
 
@@ -62,7 +63,7 @@ def html_pages(data: bytes, source: str) -> HtmlDocument:
     import lxml.html
 
     try:
-        tree = lxml.html.document_fromstring(data)  # honours the document's declared charset
+        tree = lxml.html.document_fromstring(data, parser=_parser(data))
     except (lxml.etree.ParserError, ValueError) as err:
         raise IngestError(source, f"not readable HTML ({err})") from None
     facts = dei_facts(tree)
@@ -139,6 +140,8 @@ def _rising(found: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def finish(pieces: list[str], printed: list[str | None] | None, keep_spacing: bool) -> list[Page]:
     """Pages from raw pieces: text tidied, pages without text dropped, running lines taken out
     and read for printed page numbers."""
+    if keep_spacing:  # EDGAR's text-table tags mark columns for a typesetter, not words
+        pieces = [_TEXT_TAGS.sub("", p) for p in pieces]
     texts = [_tidy(p, keep_spacing) for p in pieces]
     numbers = printed or [None] * len(texts)
     kept = [(t, n) for t, n in zip(texts, numbers) if t.strip()]
@@ -173,7 +176,9 @@ def _near_edge(lines: list[str], i: int) -> bool:
 
 
 def _key(line: str) -> str:
-    return _DIGITS.sub("#", " ".join(line.split()).lower())
+    """A line as it repeats from page to page: its page number and any other digits left out, so
+    mirrored footers ("4  CABOT CORPORATION", "CABOT CORPORATION  5") are one line."""
+    return " ".join(_DIGITS.sub(" ", line).split()).lower() or "#"
 
 
 def _running(texts: list[str]) -> set[str]:
@@ -190,19 +195,31 @@ def _running(texts: list[str]) -> set[str]:
 
 def _printed(lines: list[str], running: set[str]) -> str | None:
     """The page number a page prints: a number alone on its last or first lines, or the number
-    that ends a running footer or header ("Apple Inc. | 2024 Form 10-K | 31")."""
+    that ends or starts a running footer or header ("Apple Inc. | 2024 Form 10-K | 31")."""
     filled = [line.strip() for line in lines if line.strip()]
     edges = list(reversed(filled[-EDGE_LINES:])) + filled[:EDGE_LINES]
     for line in edges:
         if match := _PRINTED.match(line):
             return match.group(1)
     for line in edges:
-        if _key(line) in running and (match := _TRAILING_NUMBER.search(line)):
-            return match.group(1)
+        if _key(line) in running and (match := _EDGE_NUMBER.search(line)):
+            return match.group(1) or match.group(2)
     return None
 
 
 # -- HTML -----------------------------------------------------------------------------------------
+
+
+def _parser(data: bytes):  # noqa: ANN202 - an lxml HTMLParser
+    """UTF-8 for bytes that are UTF-8 (libxml2 would read undeclared ones as Latin-1), else the
+    document's declared charset."""
+    import lxml.html
+
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return lxml.html.HTMLParser(encoding="utf-8")
 
 
 def _text_like(data: bytes) -> bool:
@@ -246,6 +263,8 @@ def _mark_breaks(tree) -> int:  # noqa: ANN001
     for element in list(tree.iter()):
         if not isinstance(element.tag, str):
             continue
+        if "valign" in element.attrib:  # a bottom-aligned cell would put a row's values a line below its label
+            del element.attrib["valign"]
         style = element.get("style")
         if not style or "break" not in style.lower():
             continue

@@ -15,7 +15,7 @@ _TEXT = re.compile(rb"<TEXT>\r?\n?(.*?)(?:</TEXT>|\Z)", re.DOTALL | re.IGNORECAS
 _HEADER = re.compile(rb"<(SEC|IMS)-HEADER>(.*?)</(?:SEC|IMS)-HEADER>", re.DOTALL | re.IGNORECASE)
 _WRAPPER = re.compile(rb"^\s*<(XBRL|XML|PDF|JSON)>\s*", re.IGNORECASE)
 _UUENCODED = re.compile(rb"^\s*begin [0-7]{3} \S", re.IGNORECASE)
-_HTML = re.compile(rb"<(?:html|body|div|p|table|font)[\s>]", re.IGNORECASE)
+_HTML = re.compile(rb"<(?:html|body)[\s>]", re.IGNORECASE)
 _HEADER_LINE = re.compile(r"^(\s*)([A-Z][A-Z0-9 .\-/]*?):[ \t]*(.*?)\s*$")
 # Types and file names whose content is data, not prose: XBRL, the viewer's files, spreadsheets, images.
 _DATA_TYPES = re.compile(r"^(?:EX-101\b|XML$|JSON$|ZIP$|EXCEL$|GRAPHIC$|XBRL\b)", re.IGNORECASE)
@@ -84,13 +84,14 @@ def _kind(doc_type: str, filename: str | None, body: bytes) -> tuple[DocumentKin
         return "other", "a PDF not uuencoded"
     if not body.strip():
         return "other", "no content"
+    # 1990s text carries <TABLE>, <S> and <C> tags of its own: only an html or body tag makes HTML
     return ("html", None) if suffix in (".htm", ".html") or _HTML.search(body[:4000]) else ("text", None)
 
 
 def header_fields(text: str) -> dict[str, str]:
-    """Flat fields of the SEC header. Of the company sections, the SUBJECT COMPANY's are kept
-    when there is one (a tender offer or an ownership report is about it, not its filer), else the
-    first FILER's; keys are the header's own ("COMPANY CONFORMED NAME", "FILED AS OF DATE")."""
+    """Flat fields of the SEC header. Of the company sections, the SUBJECT COMPANY's or the
+    ISSUER's are kept when there is one (a tender offer or an ownership report is about it, not
+    its filer), else the first FILER's; keys are the header's own ("COMPANY CONFORMED NAME", "FILED AS OF DATE")."""
     top: dict[str, str] = {}
     sections: dict[str, dict[str, str]] = {}
     current: dict[str, str] | None = None
@@ -107,7 +108,7 @@ def header_fields(text: str) -> dict[str, str]:
         elif not indent:
             top.setdefault(key, value)
             current = None
-    company = sections.get("SUBJECT COMPANY") or sections.get("FILER") or {}
+    company = sections.get("SUBJECT COMPANY") or sections.get("ISSUER") or sections.get("FILER") or {}
     return {**top, **{k: v for k, v in company.items() if v}}
 
 

@@ -224,3 +224,36 @@ def test_an_exhibit_in_its_own_file_joins_its_filing_by_accession_number(tmp_pat
     assert (summary.ingested, summary.failed, summary.unsupported) == (1, 0, [])
     filing = Corpus(store).get_filing(form.removesuffix(".html"))
     assert [(d.type, d.pages) for d in filing.documents] == [("8-K", (1, 3)), ("EX-99.1", (4, 4))]
+
+
+def test_shapes_met_in_other_real_filings():
+    # an ownership report's header names the ISSUER, not the reporting owner
+    form4 = (
+        b"<SEC-DOCUMENT>\n<SEC-HEADER>\nCONFORMED SUBMISSION TYPE:\t4\nREPORTING-OWNER:\n\n\tOWNER DATA:\n"
+        b"\t\tCOMPANY CONFORMED NAME:\t\t\tDOE JANE\n\t\tCENTRAL INDEX KEY:\t\t\t0001234567\n\nISSUER:\n\n"
+        b"\tCOMPANY DATA:\n\t\tCOMPANY CONFORMED NAME:\t\t\tAAR CORP\n\t\tCENTRAL INDEX KEY:\t\t\t0000001750\n"
+        b"</SEC-HEADER>\n<DOCUMENT>\n<TYPE>EX-24\n<TEXT>\nPower of attorney.\n</TEXT>\n</DOCUMENT>\n"
+    )
+    meta = parse_filing(form4, "f4.txt", counter=COUNTER).meta
+    assert (meta.company, meta.cik, meta.form_type) == ("AAR CORP", "0000001750", "4")
+    # a 20-F cover without "the"; a 6-K names its registrant "(Registrant Name)"
+    cover = "FORM 20-F\nFor fiscal year ended December 31, 2015\nALCON INC.\n(Registrant Name)\n"
+    meta = parse_filing(cover.encode(), "c.txt", counter=COUNTER).meta
+    assert (meta.period_end, meta.company) == (date(2015, 12, 31), "ALCON INC.")
+    # zero-width spacer cells and bottom-aligned value cells keep a row on one line
+    row = (
+        "<table><tr><td><p>Other assets</p></td><td valign='bottom'>4,307</td>"
+        "<td valign='bottom'>\u200b4,295\u200b</td></tr></table>"
+    )
+    assert html_pages(_html(row), "r.htm").pages[0].text == "Other assets 4,307 4,295"
+    # mirrored footers on left and right pages are one running line, read for the page number
+    pages = [
+        f"<p>{w}</p><p>{n}    CABOT CORPORATION</p>" if n % 2 == 0 else f"<p>{w}</p><p>CABOT CORPORATION    {n}</p>"
+        for n, w in enumerate(WORDS, start=4)
+    ]
+    doc = html_pages(_html('<hr style="page-break-after:always">'.join(pages)), "x.htm")
+    assert [(p.text, p.printed) for p in doc.pages] == [(w, str(n)) for n, w in enumerate(WORDS, start=4)]
+    # a 1990s text document's <TABLE>/<S>/<C> tags are column marks, not HTML: its layout stays
+    text = b"<DOCUMENT>\n<TYPE>8-K\n<TEXT>\n<TABLE>\n<S>               <C>\nRevenue           1,200\nCost                700\n</TABLE>\n<PAGE>   2\nSigned.\n</TEXT>\n</DOCUMENT>\n"
+    filing = parse_filing(text, "old.txt", counter=COUNTER)
+    assert filing.pages == 2 and "Revenue           1,200\nCost                700" in filing.chunks[0].text
