@@ -36,7 +36,7 @@ _QUARTER_PATTERNS = (
 # Years marked as fiscal or as the point in time asked about win over bare years ("as of FY2021, ... in 2024").
 _MARKED_YEAR = re.compile(rf"(?:\bFY\s*'?|\bfiscal\s+(?:year\s+)?|\bas\s+of\s+(?:FY\s*)?)(?:{_YEAR}|(\d{{2}})\b)", re.I)
 _DATE = re.compile(
-    r"\b(January|February|March|April|May|June|July|August|September|October|November|December)\s+(\d{1,2}),?\s+((?:19|20)\d{2})\b"
+    r"\b(January|February|March|April|May|June|July|August|September|October|November|December)\s+(?:(\d{1,2}),?\s+)?((?:19|20)\d{2})\b"
 )
 _NAME_DATE = re.compile(r"(?<!\d)((?:19|20)\d{2})-(\d{2})-(\d{2})(?!\d)")
 _FISCAL_SHORT = re.compile(r"\bFY\s*'?(\d{2})\b", re.I)  # FY23
@@ -110,11 +110,12 @@ def resolve_period(question: str, scope_period: str | None = None) -> Period:
 
 
 def _question_date(question: str) -> date | None:
-    """The last full date the question names ("as of May 26, 2023"): an event a current report tells of."""
+    """The last date the question names ("as of May 26, 2023"; "in September 2024" is the 1st):
+    an event a current report tells of, or one just after a period that its report covers."""
     found = None
     for month, day, year in _DATE.findall(question):
         try:
-            found = datetime.strptime(f"{month} {day} {year}", "%B %d %Y").date()
+            found = datetime.strptime(f"{month} {day or 1} {year}", "%B %d %Y").date()
         except ValueError:
             continue
     return found

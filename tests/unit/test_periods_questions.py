@@ -11,7 +11,7 @@ import pytest
 
 from prism.datasets import RowError
 from prism.ingest.models import FilingMeta
-from prism.periods import PeriodError, choose_filings, parse_period, resolve_period
+from prism.periods import PeriodError, choose_filings, parse_period, period_fit, resolve_period
 from prism.questions import Question, read_questions
 
 
@@ -113,3 +113,17 @@ def test_each_bad_line_names_its_line_and_field(row, field):
 def test_a_duplicate_id_is_an_error_naming_the_first_line():
     _, dup = _read({"id": "a", "question": "x"}, {"id": "a", "question": "y"})
     assert isinstance(dup, RowError) and "first on line 1" in str(dup)
+
+
+def test_a_date_just_after_a_quarter_points_to_that_quarters_report():
+    quarterly = FilingMeta(source_uri="q", form_type="10-Q", period_end=date(2024, 8, 31), fiscal_year=2025)
+    current = FilingMeta(source_uri="c", form_type="8-K", period_end=date(2024, 11, 14), fiscal_year=2024)
+    for question in (
+        "How many shares were outstanding as of September 6, 2024?",
+        "What dividend was declared in September 2024?",
+    ):
+        period = resolve_period(question)
+        assert period.date is not None and period.date.month == 9
+        assert period_fit(period, quarterly) > period_fit(period, current)
+    # the 8-K of an event weeks after the date is still the one for it
+    assert period_fit(resolve_period("Who was elected on November 1, 2024?"), current) > 1.0
