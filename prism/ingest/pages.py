@@ -38,6 +38,7 @@ _PRINTED = re.compile(
 )
 _EDGE_NUMBER = re.compile(r"(?:^|[\s|])(\d{1,4}|[A-Z]{1,2}-\d{1,3})\s*$|^\s*(\d{1,4})(?:[\s|]|$)")
 _DIGITS = re.compile(r"\d+")
+_CLOSE_HTML = re.compile(rb"</html\s*>", re.IGNORECASE)
 _TEXT_TAGS = re.compile(r"</?(?:TABLE|CAPTION|S|C|FN)>", re.IGNORECASE)
 EDGE_LINES = 3  # how far from a page's top or bottom a running line or printed number sits
 MIN_RUN = 3  # printed numbers that make a run; pages that make "most pages"
@@ -63,7 +64,8 @@ def html_pages(data: bytes, source: str) -> HtmlDocument:
     import lxml.html
 
     try:
-        tree = lxml.html.document_fromstring(data, parser=_parser(data))
+        # some SEC renderings put the whole form after </html>: a browser shows it, so must this
+        tree = lxml.html.document_fromstring(_CLOSE_HTML.sub(b"", data), parser=_parser(data))
     except (lxml.etree.ParserError, ValueError) as err:
         raise IngestError(source, f"not readable HTML ({err})") from None
     facts = dei_facts(tree)

@@ -253,6 +253,9 @@ def test_shapes_met_in_other_real_filings():
     ]
     doc = html_pages(_html('<hr style="page-break-after:always">'.join(pages)), "x.htm")
     assert [(p.text, p.printed) for p in doc.pages] == [(w, str(n)) for n, w in enumerate(WORDS, start=4)]
+    # a form after </html> (some SEC renderings) is read as a browser shows it
+    after = b"<html><head><style>p {}</style></head></html><div><p>Transfer agent registration.</p></div>"
+    assert [p.text for p in html_pages(after, "ta1.htm").pages] == ["Transfer agent registration."]
     # a 1990s text document's <TABLE>/<S>/<C> tags are column marks, not HTML: its layout stays
     text = b"<DOCUMENT>\n<TYPE>8-K\n<TEXT>\n<TABLE>\n<S>               <C>\nRevenue           1,200\nCost                700\n</TABLE>\n<PAGE>   2\nSigned.\n</TEXT>\n</DOCUMENT>\n"
     filing = parse_filing(text, "old.txt", counter=COUNTER)
