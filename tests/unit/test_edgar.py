@@ -260,3 +260,21 @@ def test_shapes_met_in_other_real_filings():
     text = b"<DOCUMENT>\n<TYPE>8-K\n<TEXT>\n<TABLE>\n<S>               <C>\nRevenue           1,200\nCost                700\n</TABLE>\n<PAGE>   2\nSigned.\n</TEXT>\n</DOCUMENT>\n"
     filing = parse_filing(text, "old.txt", counter=COUNTER)
     assert filing.pages == 2 and "Revenue           1,200\nCost                700" in filing.chunks[0].text
+
+
+def test_a_pdf_regenerated_with_the_same_text_keeps_its_version():
+    import io
+
+    import pypdf
+
+    from tests.filings import pdf
+
+    data = pdf(["Revenue was $10 million.", "Net income was $2 million."])
+    writer = pypdf.PdfWriter(clone_from=io.BytesIO(data))
+    writer.add_metadata({"/Producer": "regenerated", "/CreationDate": "D:20261205020000Z"})
+    out = io.BytesIO()
+    writer.write(out)
+    assert out.getvalue() != data
+    first = parse_filing(data, "acme_2023_10K.pdf", counter=COUNTER)
+    again = parse_filing(out.getvalue(), "acme_2023_10K.pdf", counter=COUNTER)
+    assert again.version == first.version and again.content_sha256 != first.content_sha256
