@@ -92,6 +92,9 @@ class Ranking(BaseModel):
     notes: list[str] = []
     answered_by: str | None = None  # in a cascade: "prior" or "llm"
     details: dict = {}  # what a strategy adds: sub-questions, evidence, an answer
+    # who ordered it: "llm", "llm-repaired", "fallback:lexical", "financial", "prior"; segments
+    # ranked by different ones: "llm+fallback:lexical"
+    ranker: str | None = None
 
     def flagged(self, *flags: Flag, note: str | None = None) -> Ranking:
         merged = list(dict.fromkeys([*self.flags, *flags]))
@@ -224,6 +227,7 @@ class SegmentOutcome(BaseModel):
     error: str | None = None
     budget_exhausted: bool = False  # stopped by the run's budget: the query stays pending
     details: dict = {}
+    ranker: str | None = None  # who ranked it (Ranking.ranker)
 
 
 class JobResult(BaseModel):
@@ -310,9 +314,19 @@ class Spent(BaseModel):
 
 class RunManifest(BaseModel):
     run_id: str
-    # planning -> running -> complete | incomplete | budget_exhausted | failed (planning failed,
-    # or every query did); interrupted: its producer died before the run could end.
-    status: Literal["planning", "running", "complete", "incomplete", "budget_exhausted", "failed", "interrupted"]
+    # planning -> running -> complete | complete_with_failures (some jobs or input lines failed) |
+    # incomplete | budget_exhausted | failed (planning failed, or every query did); interrupted: its
+    # producer died before the run could end. The exit code of each: producer.runs.EXIT_CODES.
+    status: Literal[
+        "planning",
+        "running",
+        "complete",
+        "complete_with_failures",
+        "incomplete",
+        "budget_exhausted",
+        "failed",
+        "interrupted",
+    ]
     error: str | None = None  # why the run failed or was interrupted
     owner: str | None = None  # "host:pid" of the producer planning (or, embedded, running) it
     input: str  # rows, or a question set when ``corpus`` is set

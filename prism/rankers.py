@@ -62,7 +62,8 @@ class LlmRanker:
             except (UnparseableReply, ContextTooLong) as second:
                 why = "the retry is over the model context" if isinstance(second, ContextTooLong) else second
                 note = f"LLM reply unusable twice ({first}; {why}); ranked by {self.fallback.name}"
-                return self.fallback.rank(question, candidates, want).flagged("fallback", note=note)
+                fell = self.fallback.rank(question, candidates, want).flagged("fallback", note=note)
+                return fell.model_copy(update={"ranker": f"fallback:{self.fallback.name}"})
         indices, notes = parsed.indices, list(parsed.problems)
         if len(indices) < want:
             order = self.fallback.rank(question, candidates, n).indices
@@ -70,7 +71,7 @@ class LlmRanker:
             notes.append(f"filled the last {want - len(parsed.indices)} places from the {self.fallback.name} order")
         if notes:
             flags.append("repaired")
-        return Ranking(indices=indices, flags=flags, notes=notes)
+        return Ranking(indices=indices, flags=flags, notes=notes, ranker="llm-repaired" if notes else "llm")
 
     def _ask(self, messages: list[dict], shared: str) -> str:
         return self.gateway.complete(

@@ -20,7 +20,7 @@ from rich.table import Table
 from prism import registry
 from prism.models import RunManifest
 from producer.plan import RunSpec
-from producer.runs import RunEnd, RunError, Runs, check_run_id, new_run_id
+from producer.runs import EXIT_CODES, RunEnd, RunError, Runs, check_run_id, new_run_id
 from producer.state import RunState, cost_report, usd_text
 from workers import logs
 from workers.batches import batch_summary
@@ -139,7 +139,8 @@ def run(
 
     INPUT is a JSONL file, or a folder or s3:// prefix (ending in '/') of them. Or a question set
     over a corpus: --questions Q --corpus URI. A run id that already has results ranks only what
-    it is missing. Exits 1 when the run failed.
+    it is missing. Exits 0 complete, 3 complete with failures, 1 failed, 4 budget spent, 5
+    incomplete, 6 interrupted.
     """
     if (questions is None) != (corpus is None):
         raise RunError("--questions and --corpus go together: a question set runs over a corpus")
@@ -340,11 +341,16 @@ def resume(
     budget_usd: BudgetOpt = None,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = None,
+    failed: Annotated[
+        bool,
+        typer.Option("--failed", help="Also run the run's failed jobs again; their new outcomes replace the failures."),
+    ] = False,
 ) -> None:
-    """Enqueue what a run is missing (lost jobs, or those its budget stopped) and wait for it.
-    The input and the config are the run's own; --budget-usd raises its cap."""
+    """Enqueue what a run is missing (lost jobs, or those its budget stopped; with --failed, its
+    failed ones too) and wait for it. The input and the config are the run's own; --budget-usd
+    raises its cap. Exits as `prism run` does."""
     settings = _settings({"budget_usd": budget_usd})
-    _end(_runs(settings).resume(run_id, results, budget_usd, wait, timeout), wait)
+    _end(_runs(settings).resume(run_id, results, budget_usd, wait, timeout, failed), wait)
 
 
 @app.command()
@@ -635,8 +641,8 @@ def _end(end: RunEnd, wait: bool) -> None:
         console.print(f"[yellow]invalid input:[/yellow] {error}", highlight=False)
     if len(end.input_errors) > 5:
         console.print(f"... and {len(end.input_errors) - 5} more in failures.jsonl")
-    if end.manifest.status in ("failed", "interrupted"):
-        raise typer.Exit(1)
+    if code := EXIT_CODES.get(end.manifest.status, 0):
+        raise typer.Exit(code)
 
 
 def _print_settings(settings: Settings, spec: RunSpec, input_name: str) -> None:

@@ -39,6 +39,7 @@ COLUMNS = (
     "heading",
     "chunk_id",
     "score",
+    "ranker",  # who ordered it: "llm", "llm-repaired", "fallback:lexical", "financial", ...
     "grade",
     "excerpt",
     "answer",  # with the evidence ranker: its answer from this evidence (the rows are its citations)
@@ -92,7 +93,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
     no_filing = sum(1 for q in questions.values() if not q["filings"])
     for qid, q in questions.items():
         grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in q["qrels"]}
-        chunks: list[tuple[Filing, dict, int, int, float | None, str]] = []  # one entry per ranked chunk
+        chunks: list[tuple[Filing, dict, int, int, float | None, str, str]] = []  # one entry per ranked chunk
         for pair in sorted(pairs.get(qid, []), key=lambda p: p["filing_rank"]):
             result = results.get(pair["query_id"])
             if result is None:
@@ -102,11 +103,12 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
                 filings[key] = corpus.get_filing(*key)
             scores = result.ranking.scores or []
             answer = (result.ranking.details or {}).get("answer") or ""
+            ranker = result.ranking.ranker or ""
             for position, index in enumerate(result.ranking.indices):
                 score = float(scores[position]) if position < len(scores) else None
-                chunks.append((filings[key], pair, position, index, score, answer))
+                chunks.append((filings[key], pair, position, index, score, answer, ranker))
         ranked: list[tuple[str, int | str | None]] = []
-        for filing, pair, _, index, score, answer in _across_filings(chunks):
+        for filing, pair, _, index, score, answer, ranker in _across_filings(chunks):
             chunk = filing.chunks[index]
             grade = grades.get((filing.id, chunk.page), grades.get((filing.id, chunk.id)))
             ranked.append((filing.id, chunk.page if chunk.page is not None else chunk.id))
@@ -127,6 +129,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
                     "heading": chunk.heading or "",
                     "chunk_id": chunk.id,
                     "score": score,
+                    "ranker": ranker,
                     "grade": grade,
                     "excerpt": passage(q["question"], chunk.text, EXCERPT_CHARS),
                     "answer": answer,
@@ -183,6 +186,7 @@ def write(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
             ("heading", pa.string()),
             ("chunk_id", pa.string()),
             ("score", pa.float64()),
+            ("ranker", pa.string()),
             ("grade", pa.int32()),
             ("excerpt", pa.string()),
             ("answer", pa.string()),

@@ -48,6 +48,7 @@ class Plan:
     invalid_rows: int = 0
     segments: int = 0
     already_done: int = 0  # this run held their outcome already
+    kept_failures: int = 0  # of those, failures: kept until `prism resume --failed`
     reused: int = 0  # copied from an earlier run with the same job id
     not_enqueued: int = 0  # left pending: the run's budget was spent while planning
     warnings: int = 0  # rows that run, with something said about them (warnings.jsonl)
@@ -208,6 +209,7 @@ def _plan_query(q: Query, source: str, context: _Rows, plan: Plan) -> str:
         plan.chunks += 1
     if has_outcome(context.listed, spec.run_id, q.task, q.id):
         plan.already_done += 1
+        plan.kept_failures += layout.outcome(Outcome.FAILED, q.task, q.id) in context.listed
         return "done"
     common = dict(
         run_id=spec.run_id,

@@ -40,7 +40,17 @@ from workers.store import Store, get_model, open_store, put_model
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
-FINISHED = ("complete", "incomplete", "budget_exhausted", "failed", "interrupted")
+FINISHED = ("complete", "complete_with_failures", "incomplete", "budget_exhausted", "failed", "interrupted")
+ENDED = ("complete", "complete_with_failures")  # every job has its outcome: a `--new` run may start from it
+# What `prism run` and `prism resume` exit with, by the run's status, so a scheduler knows the night.
+EXIT_CODES = {
+    "complete": 0,
+    "failed": 1,
+    "complete_with_failures": 3,
+    "budget_exhausted": 4,
+    "incomplete": 5,
+    "interrupted": 6,
+}
 
 
 def new_run_id() -> str:
@@ -108,9 +118,19 @@ class Runs:
         )
         return self._execute(spec, manifest, wait, timeout)
 
-    def resume(self, run_id: str, results: str | None, budget_usd: Decimal | None, wait: bool, timeout: float | None):
+    def resume(
+        self,
+        run_id: str,
+        results: str | None,
+        budget_usd: Decimal | None,
+        wait: bool,
+        timeout: float | None,
+        failed: bool = False,
+    ):
         store, manifest = self.open_run(run_id, results)
-        reopened = self.ledger(manifest.results).reopen_skipped(run_id)
+        ledger = self.ledger(manifest.results)
+        reopened = ledger.reopen(run_id, Outcome.SKIPPED)
+        retried = ledger.reopen(run_id, Outcome.FAILED) if failed else 0
         budget = budget_usd if budget_usd is not None else manifest.budget_usd
         if budget is not None and self.runtime.redis is not None:
             RunBudget(self.runtime.redis, run_id, budget).reopen()
@@ -126,7 +146,8 @@ class Runs:
             via=manifest.via,
         )
         manifest = manifest.model_copy(update={"budget_usd": budget, "finished_at": None, "error": None})
-        self.console.print(f"resuming {run_id}: {reopened} job(s) the budget had stopped are pending again")
+        again = f", {retried} failed job(s) run again" if failed else ""
+        self.console.print(f"resuming {run_id}: {reopened} job(s) the budget had stopped are pending again{again}")
         return self._execute(spec, manifest, wait, timeout)
 
     def _execute(self, spec: RunSpec, manifest: RunManifest, wait: bool, timeout: float | None) -> RunEnd:
@@ -196,6 +217,11 @@ class Runs:
                 f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued "
                 f"{plan.enqueued} ({plan.segments} segments), already done {plan.already_done}, reused "
                 f"{plan.reused}, left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
+            )
+        if plan.kept_failures:
+            self.console.print(
+                f"{plan.kept_failures} failed job(s) of this run kept as failed: "
+                f"`prism resume {spec.run_id} --failed` runs them again"
             )
         plan.progress_base = base
         return plan
@@ -389,7 +415,7 @@ class Runs:
         )
         corpus = Corpus(self.runtime.store(manifest.corpus)) if manifest.corpus else None
         cost, metrics = report.write(state, manifest, pending, corpus)
-        if manifest.corpus and status == "complete":  # what a `--new` run may start from
+        if manifest.corpus and status in ENDED:  # what a `--new` run may start from
             mark_last_over(state.store, manifest.corpus, manifest.run_id)
         return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
 
@@ -451,6 +477,8 @@ def settle_status(manifest: RunManifest, counts: dict, budget_spent: bool) -> tu
     if not done and (failed or counts.get("invalid_rows", 0)) and not pending:
         return "failed", "no query got a result"
     if not pending:
+        if failed or counts.get("invalid_rows", 0):
+            return "complete_with_failures", None
         return "complete", None
     if budget_spent:
         return "budget_exhausted", None

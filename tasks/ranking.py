@@ -76,7 +76,9 @@ def _segment_calls(agg: AggregateJob, args: tuple) -> list[CallRecord]:
 @shared_task(name="prism.rank_documents", bind=True, base=DocumentTask, ignore_result=True)
 def rank_documents(self: DocumentTask, message: dict) -> None:
     job, started = DocumentJob.model_validate(message), datetime.now(UTC)
-    ranking = self.runtime.ranker(job.config, "documents").rank(job.question, job.candidates, len(job.candidates))
+    ranker = self.runtime.ranker(job.config, "documents")
+    ranking = ranker.rank(job.question, job.candidates, len(job.candidates))
+    ranking = ranking.model_copy(update={"ranker": chunks.ranked_by(ranking, ranker)})
     self.runtime.checkpoint("store")
     self.runtime.ledger(job.results).result(job, ranking, self.paid(job), started, len(job.candidates))
     log.info("job done", flags=ranking.flags)

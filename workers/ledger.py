@@ -334,14 +334,20 @@ class Ledger:
         """A bad input row or file: it never becomes a job."""
         put_model(self.store, RunLayout(failure.run_id).invalid(source, line), failure)
 
-    def reopen_skipped(self, run_id: str) -> int:
-        """Make the jobs a budget stopped pending again (a resume); returns how many."""
+    def reopen(self, run_id: str, outcome: Outcome) -> int:
+        """Make a run's skipped (a budget stopped them) or failed jobs pending again, for a resume;
+        the calls their outcomes held are kept as spent, so they stay accounted. Returns how many."""
         layout, names = RunLayout(run_id), []
-        for key in list(self.store.keys(layout.folder(Outcome.SKIPPED))):
+        for key in list(self.store.keys(layout.folder(outcome))):
+            ended = get_model(self.store, key, Failure)
+            if ended.calls:
+                reason = f"an earlier attempt that ended {outcome.value}, before a resume"
+                spent = Spent(run_id=run_id, task=ended.task, query_id=ended.query_id, reason=reason, calls=ended.calls)
+                put_model(self.store, layout.spent(uuid.uuid4().hex), spent)
             self.store.delete(key)
             task, name = key.split("/")[-2:]
             names.append(f"{task}/{name.removesuffix('.json')}")
-        if self.progress is not None:
+        if self.progress is not None and names:
             self.progress.discard(keys.progress(self.store.uri, run_id), names)
         return len(names)
 

@@ -84,6 +84,8 @@ def parse_filing(
         _append(read, _read(body, name, source_kind(name) or "text"), doc_type or exhibit_type(name) or "EX")
     if kind == "pdf" and not exhibits:
         chunks = page_chunks(fid, [p.text for p in read.pages], counter)
+        for chunk, page in zip(chunks, read.pages):
+            chunk.document = page.document
     else:
         chunks = paged_chunks(fid, read.pages, chunking, counter)
     flags = list(read.flags)

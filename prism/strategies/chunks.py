@@ -116,6 +116,7 @@ def rank_segment(
         notes=[f"segment {level}.{number}: {n}" for n in ranking.notes],
         calls=calls,
         details=_positions(ranking.details, list(segment)),
+        ranker=ranked_by(ranking, ranker),
     )
 
 
@@ -212,12 +213,14 @@ def finish(
         flags.append("truncated")
         notes.append(f"chunks cut to fit the segment budget: {[origin[i] for i in data.truncated]}")
     details = next((o.details for o in reversed(outcomes) if o.details), {})
+    rankers = dict.fromkeys(o.ranker for o in outcomes if o.ranker and not o.error)
     return Ranking(
         indices=[origin[i] for i in indices],
         scores=scores,
         flags=list(dict.fromkeys(flags)),
         notes=notes,
         details=_positions(details, origin),
+        ranker="+".join(rankers) or None,
     )
 
 
@@ -241,9 +244,16 @@ def rerank(
                 "error": None,
                 "flags": ["degraded"],
                 "notes": [f"pool re-rank failed ({final.error}); kept the segments' own order"],
+                "ranker": "segments-order",
             }
         )
     return final
+
+
+def ranked_by(ranking: Ranking, ranker: Ranker) -> str:
+    """Who ordered a ranking: what it says of itself (an LLM reply, repaired or fallen back; a
+    cascade's answering stage), else the ranker's name."""
+    return ranking.ranker or ranking.answered_by or ranker.name
 
 
 def interleave(outcomes: Sequence[SegmentOutcome]) -> list[int]:

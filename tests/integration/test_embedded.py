@@ -40,11 +40,11 @@ def test_the_financebench_question_set_completes_embedded_at_no_cost(tmp_path):
     env = fleet_env(None, None, None, PRISM_RESULTS=str(results))
     args = ["run", "--questions", "questions.jsonl", "--corpus", str(tmp_path / "corpus"), "--run-id", "fb150"]
     done = prism_cli(args, env, tmp_path, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 3, done.stderr[-3000:]  # questions whose company has no filing here
     assert "enqueuing" not in done.stderr and "Traceback" not in done.stderr
 
     run = manifest(results, "fb150")
-    assert run["status"] == "complete" and run["requeues"] == 0, run["counts"]
+    assert run["status"] == "complete_with_failures" and run["requeues"] == 0, run["counts"]
     counts = run["counts"]
     assert counts["pending"] == 0 and counts["done"] + counts["failed"] == counts["chunks"] >= len(rows)
     failures = [json.loads(line) for line in (results / "runs/fb150/failures.jsonl").read_text().splitlines()]

@@ -38,14 +38,14 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
     start_worker(env)
     results = f"s3://{bucket}/prism"
     run = prism_cli(["run", f"s3://{bucket}/in/mixed.jsonl.gz", "--results", results, "--run-id", "e2e"], env, tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 3, run.stderr[-3000:]  # its one invalid row: complete with failures
 
     base = "prism/runs/e2e"
     documents = s3_keys(client, bucket, f"{base}/results/documents/")
     chunks = s3_keys(client, bucket, f"{base}/results/chunks/")
     assert len(documents) == 100 and len(chunks) == 6, run.stderr[-3000:]
     manifest = s3_json(client, bucket, f"{base}/manifest.json")
-    assert manifest["status"] == "complete"
+    assert manifest["status"] == "complete_with_failures"  # its one invalid row
     counts = manifest["counts"]
     assert (counts["documents"], counts["chunks"], counts["done"], counts["failed"], counts["invalid_rows"]) == (
         100,

@@ -70,7 +70,7 @@ def test_a_budget_stops_the_run_and_resume_finishes_it(tmp_path, fleet, s3_serve
     run = prism_cli(
         ["run", source, "--results", results, "--run-id", "capped", "--budget-usd", "0.005", "--fresh"], fleet, tmp_path
     )
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 4, run.stderr[-3000:]
     capped = read_run(s3_server, bucket, "capped")
     m = capped["manifest"]
     assert m["status"] == "budget_exhausted"
@@ -167,7 +167,7 @@ def test_a_folder_of_files_is_one_input_with_errors_naming_the_file(tmp_path):
     (corpus / "notes.txt").write_text("not an input")
     env = fleet_env(None, None, None)
     run = prism_cli(["run", str(corpus), "--run-id", "corpus"], env, tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 3, run.stderr[-3000:]
     base = tmp_path / "results" / "runs" / "corpus"
     manifest = json.loads((base / "manifest.json").read_text())
     assert manifest["counts"]["done"] == 8 and manifest["counts"]["invalid_rows"] == 1

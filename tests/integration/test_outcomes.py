@@ -34,7 +34,7 @@ def _check(manifest: dict, results: list[dict], failures: list[dict], stage: str
     assert {f["task"] for f in jobs} == BROKEN[stage]
     assert {r["task"] for r in results} == {"documents", "chunks"} - BROKEN[stage]
     assert all(f"fault injected at {stage}" in f["error"] for f in jobs), [f["error"] for f in jobs]
-    expected = "failed" if BROKEN[stage] == {"documents", "chunks"} else "complete"
+    expected = "failed" if BROKEN[stage] == {"documents", "chunks"} else "complete_with_failures"
     assert manifest["status"] == expected and manifest["counts"]["pending"] == 0
 
 
@@ -42,7 +42,8 @@ def _check(manifest: dict, results: list[dict], failures: list[dict], stage: str
 def test_embedded_run_ends_with_one_outcome_per_query(stage, tmp_path):
     env = fleet_env(None, None, None, PRISM_FAULT_AT=stage, PRISM_STALL_S="20")
     done = prism_cli(["run", "--results", str(tmp_path / "results"), "--run-id", "faulty"], env, tmp_path, timeout=120)
-    assert done.returncode == (1 if BROKEN[stage] == {"documents", "chunks"} else 0), done.stderr[-2000:]
+    # every job failed: exit 1; some did: 3, so a scheduler running the night by exit code knows
+    assert done.returncode == (1 if BROKEN[stage] == {"documents", "chunks"} else 3), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     base = tmp_path / "results" / "runs" / "faulty"
 
@@ -123,3 +124,29 @@ def test_a_killed_producer_leaves_a_run_the_next_status_calls_interrupted(tmp_pa
     reported = json.loads(manifest_path.read_text())
     assert reported["status"] == "interrupted" and reported["counts"]["pending"] > 0
     assert (reported["finished_at"], reported["timings"]) == (manifest["finished_at"], manifest["timings"])
+    # and a resume finishes it
+    resumed = prism_cli(["resume", "killed", "--results", str(results)], env, tmp_path, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads(manifest_path.read_text())["status"] == "complete"
+
+
+def test_failed_jobs_end_the_run_with_failures_and_resume_failed_runs_them_again(tmp_path):
+    results = tmp_path / "results"
+    base = results / "runs" / "night"
+    run = ["run", "--results", str(results), "--run-id", "night"]
+    broken = prism_cli(run, fleet_env(None, None, None, PRISM_FAULT_AT="aggregate"), tmp_path, timeout=120)
+    assert broken.returncode == 3, broken.stderr[-2000:]
+    assert json.loads((base / "manifest.json").read_text())["status"] == "complete_with_failures"
+    # the same run id again keeps its failures, and says so
+    again = prism_cli(run, fleet_env(None, None, None), tmp_path, timeout=120)
+    out = again.stdout + again.stderr
+    assert again.returncode == 3 and "4 failed job(s) of this run kept as failed" in out, out[-2000:]
+    resumed = prism_cli(
+        ["resume", "night", "--failed", "--results", str(results)], fleet_env(None, None, None), tmp_path, timeout=120
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    manifest = json.loads((base / "manifest.json").read_text())
+    assert (
+        manifest["status"] == "complete" and manifest["counts"]["done"] == SAMPLE and manifest["counts"]["failed"] == 0
+    )
+    assert not list((base / "failures").rglob("*.json"))

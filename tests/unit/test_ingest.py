@@ -33,6 +33,7 @@ def test_pdf_pages_become_chunks_with_stable_ids_and_empty_pages_flagged():
     filing = parse_filing(data, "acme_2023_10K.pdf", counter=COUNTER)
     assert [c.id for c in filing.chunks] == ["acme_2023_10K:p1", "acme_2023_10K:p2", "acme_2023_10K:p3"]
     assert [c.page for c in filing.chunks] == [1, 2, 3] and [c.index for c in filing.chunks] == [0, 1, 2]
+    assert {c.document for c in filing.chunks} == {"10-K"} and filing.documents[0].pages == (1, 3)
     assert "Revenue was $10 million" in filing.chunks[0].text
     assert filing.chunks[1].text == "" and filing.chunks[1].flags == ["empty"]
     assert filing.chunks[0].flags == [] and filing.chunks[0].tokens > 5
