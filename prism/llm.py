@@ -18,7 +18,14 @@ Provider prompt caching: a prompt long enough to be cached (CACHE_MIN_TOKENS) is
 with 24 h retention where the model has it; the limiter paces each key. The flex tier sends
 ``service_tier="flex"``, is priced at half, and its 429 "resource unavailable" is retried.
 
-The cache, the limiter and the budget are interfaces; the fleet backs them with Redis and S3.
+An endpoint that is down (connection refused or reset, 502/503/504/529, overloaded) once a
+call's retries have run out opens its circuit (``Circuit``): the call raises ProviderUnavailable,
+a rate limit, so its job waits in the queue instead of failing; while the circuit is open other
+calls raise it at once, without a request, but for one probe per wait; an answer closes it. Past
+``RetryPolicy.outage_s`` since the first failure, calls are tried once each and fail for good.
+
+The cache, the limiter, the circuit and the budget are interfaces; the fleet backs them with
+Redis and S3.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol
@@ -53,6 +61,10 @@ RETENTION_24H = re.compile(r"^(gpt-5|gpt-4\.1)(-\d{4}-\d{2}-\d{2})?$")
 FLEX_TIMEOUT_S = 900.0  # flex requests may queue: a longer default timeout
 # The server counted under this share of the prompt tokens sent: part of the prompt was dropped.
 PROMPT_GAP_SHARE = 0.5
+# An endpoint that is down: calls wait about as long as it has been down, within these bounds
+# (5 s, 10, 20, 40, 60, 60...; the task adds its jitter), and one probe per wait tries it.
+OUTAGE_WAIT_S = (5.0, 60.0)
+UNAVAILABLE_STATUS = (502, 503, 504, 529)
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,8 @@ class RetryPolicy:
     # Output tokens reserved per request (limiter, budget) until its use is known; at most its cap.
     # Not the cap itself: a reasoning model's cap is many times what it usually writes.
     expected_output_tokens: int = 1000
+    # An endpoint down this long (since its first failure) fails its calls; until then they wait.
+    outage_s: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,10 @@ class RateLimited(Deferred):
     def __init__(self, retry_in: float, what: str):
         super().__init__(f"{what}: retry in {retry_in:.1f} s")
         self.retry_in = retry_in
+
+
+class ProviderUnavailable(RateLimited):
+    """The endpoint is down: the job waits for it (until RetryPolicy.outage_s)."""
 
 
 class BudgetExhausted(Deferred):
@@ -177,6 +195,35 @@ class NoLimiter:
         prompt_key: str | None = None,
     ) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class Outage:
+    """An endpoint's open circuit: down since (epoch seconds, its first failed attempt), with
+    the last failure."""
+
+    since: float
+    error: str
+
+    def wait_s(self) -> float:
+        """How long calls wait for the endpoint: about as long as it has been down, within bounds."""
+        low, high = OUTAGE_WAIT_S
+        return min(high, max(low, time.time() - self.since))
+
+
+class Circuit(Protocol):
+    """Which endpoints are down, as every worker sees them. ``outage``: the endpoint's open
+    circuit, None when closed; ``probe``: take the one try of the endpoint allowed in the next
+    ``ttl_s`` (False: another call has it); ``failed``: open the circuit, or record one more
+    failure, and return it; ``closed``: the endpoint answered."""
+
+    def outage(self, endpoint: str) -> Outage | None: ...
+
+    def probe(self, endpoint: str, ttl_s: float) -> bool: ...
+
+    def failed(self, endpoint: str, since: float, error: str) -> Outage: ...
+
+    def closed(self, endpoint: str) -> None: ...
 
 
 class Cache(Protocol):
@@ -260,6 +307,7 @@ class Gateway:
         limiter: Limiter | None = None,
         cache: Cache | None = None,
         options: RequestOptions = RequestOptions(),
+        circuit: Circuit | None = None,
     ):
         self.endpoints = endpoints
         self.prices = prices
@@ -267,6 +315,7 @@ class Gateway:
         self.limiter = limiter or NoLimiter()
         self.cache = cache
         self.options = options
+        self.circuit = circuit  # None: an endpoint down fails each call after its retries
         self.counter = TokenCounter()
         self._clients: dict[Endpoint, openai.OpenAI] = {}
 
@@ -380,8 +429,12 @@ class Gateway:
             reserved_usd = self.prices.usd(model, expected) or Decimal(0)
             if budget is not None:
                 budget.reserve(reserved_usd)
+        trial = None
         try:
-            response, headers, attempts, throttled, timeouts = self._call(endpoint, model, send, reserved, prompt_key)
+            trial = self._admit(endpoint)
+            response, headers, attempts, throttled, timeouts = self._call(
+                endpoint, model, send, reserved, prompt_key, once=trial is not None
+            )
         except Deferred:
             if budget is not None:
                 budget.settle(reserved_usd, Decimal(0))
@@ -404,8 +457,15 @@ class Gateway:
                     tier=tier,
                 )
             )
+            if self.circuit is not None:
+                if is_unavailable(err):
+                    raise self._down(endpoint, getattr(err, "prism_down_since", time.time()), call) from err
+                if trial is not None and isinstance(err, openai.APIStatusError):
+                    self.circuit.closed(endpoint.key)  # it answered, if only to refuse this request
             kind = ContextTooLong if is_context_overflow(err) else LlmError
             raise kind(f"{stage} call to {model} failed after {call.attempts} attempt(s): {call.error}", call) from err
+        if trial is not None and self.circuit is not None:
+            self.circuit.closed(endpoint.key)
 
         usage = _usage(response)
         self.limiter.settle(endpoint.key, model, reserved, usage.total_tokens if usage else None, headers, prompt_key)
@@ -432,38 +492,69 @@ class Gateway:
             self.cache.put(key, body | {"model": model, "usage": call.usage.model_dump(mode="json")})
         return body, self._account(call)
 
-    def _call(self, endpoint: Endpoint, model: str, send, reserved: int, prompt_key: str | None = None):
+    def _admit(self, endpoint: Endpoint) -> Outage | None:
+        """None: the endpoint's circuit is closed. Else the outage this call tries the endpoint
+        in, once: as the probe of this wait, or past the outage window (to fail for good, or find
+        it back). Any other call raises ProviderUnavailable, without a request."""
+        if self.circuit is None or (outage := self.circuit.outage(endpoint.key)) is None:
+            return None
+        if time.time() - outage.since > self.policy.outage_s or self.circuit.probe(endpoint.key, outage.wait_s()):
+            return outage
+        raise ProviderUnavailable(outage.wait_s(), f"{_where(endpoint)} unavailable since {_clock(outage.since)}")
+
+    def _down(self, endpoint: Endpoint, since: float, call: CallRecord) -> Deferred | LlmError:
+        """The endpoint is down: open its circuit (this failure holds the next probe back a wait)
+        and wait for it, or, down longer than the outage window, fail for good."""
+        assert self.circuit is not None
+        outage = self.circuit.failed(endpoint.key, since, call.error or "")
+        self.circuit.probe(endpoint.key, outage.wait_s())
+        if time.time() - outage.since <= self.policy.outage_s:
+            what = f"{_where(endpoint)} unavailable since {_clock(outage.since)} ({call.error})"
+            return ProviderUnavailable(outage.wait_s(), what)
+        return LlmError(
+            f"provider at {_where(endpoint)} unavailable since {_clock(outage.since, date=True)} for more than "
+            f"PRISM_OUTAGE_S={self.policy.outage_s:g} s: {call.error}",
+            call,
+        )
+
+    def _call(
+        self, endpoint: Endpoint, model: str, send, reserved: int, prompt_key: str | None = None, once: bool = False
+    ):
+        """The request with its retries; ``once``: the endpoint is down, and an unavailable
+        answer is not asked again."""
         client = self._client(endpoint)
         attempts = throttled = timeouts = 0
+        down_since: float | None = None  # the first attempt that found the endpoint unavailable
 
         def attempt():
-            nonlocal attempts, throttled, timeouts
+            nonlocal attempts, throttled, timeouts, down_since
             attempts += 1
             self.limiter.acquire(endpoint.key, model, reserved, prompt_key)
             try:
                 raw = send(client)
-            except openai.APITimeoutError:
-                timeouts += 1
-                self.limiter.settle(endpoint.key, model, reserved, 0, {}, prompt_key)
-                raise
-            except openai.APIStatusError as err:
-                throttled += err.status_code == 429
+            except openai.OpenAIError as err:
+                timeouts += isinstance(err, openai.APITimeoutError)
+                throttled += isinstance(err, openai.APIStatusError) and err.status_code == 429
+                if down_since is None and is_unavailable(err):
+                    down_since = time.time()
                 # The provider's count is news even on a refusal; the reservation was not used.
-                self.limiter.settle(endpoint.key, model, reserved, 0, err.response.headers, prompt_key)
-                raise
-            except openai.OpenAIError:
-                self.limiter.settle(endpoint.key, model, reserved, 0, {}, prompt_key)
+                headers = err.response.headers if isinstance(err, openai.APIStatusError) else {}
+                self.limiter.settle(endpoint.key, model, reserved, 0, headers, prompt_key)
                 raise
             return raw.parse(), raw.headers
 
         def stop(state: RetryCallState) -> bool:
             return state.attempt_number >= self.policy.max_attempts or timeouts > self.policy.timeout_retries
 
-        retrying = Retrying(retry=retry_if_exception(is_retryable), wait=self._wait, stop=stop, reraise=True)
+        def retry(err: BaseException) -> bool:
+            return is_retryable(err) and not (once and is_unavailable(err))
+
+        retrying = Retrying(retry=retry_if_exception(retry), wait=self._wait, stop=stop, reraise=True)
         try:
             response, headers = retrying(attempt)
         except openai.OpenAIError as err:
-            for name, value in (("attempts", attempts), ("throttled", throttled), ("timeouts", timeouts)):
+            counts = (("attempts", attempts), ("throttled", throttled), ("timeouts", timeouts))
+            for name, value in (*counts, ("down_since", down_since or time.time())):
                 setattr(err, f"prism_{name}", value)  # read back where the failed call is recorded
             raise
         return response, headers, attempts, throttled, timeouts
@@ -559,6 +650,27 @@ def is_retryable(err: BaseException) -> bool:
     if isinstance(err, (openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError)):
         return True
     return isinstance(err, openai.APIStatusError) and err.status_code in (408, 409)
+
+
+def is_unavailable(err: BaseException) -> bool:
+    """The endpoint is down or overloaded, not refusing this request: no connection, a gateway
+    error, 503 or 529, or an overloaded error. A timeout is not: the server may be generating."""
+    if isinstance(err, openai.APITimeoutError):
+        return False
+    if isinstance(err, openai.APIConnectionError):
+        return True
+    if not isinstance(err, openai.APIStatusError):
+        return False
+    said = f"{err.code} {getattr(err, 'type', None)} {err.message}".lower()
+    return err.status_code in UNAVAILABLE_STATUS or (err.status_code >= 500 and "overloaded" in said)
+
+
+def _where(endpoint: Endpoint) -> str:
+    return endpoint.base_url or "api.openai.com"
+
+
+def _clock(epoch: float, date: bool = False) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if date else "%H:%M:%S UTC")
 
 
 _OVERFLOW_CODES = ("context_length_exceeded", "exceed_context_size_error")  # OpenAI, vLLM; llama.cpp's server

@@ -24,6 +24,7 @@ from producer.runs import EXIT_CODES, RunEnd, RunError, Runs, check_run_id, new_
 from producer.state import RunState, cost_report, usd_text
 from workers import logs
 from workers.batches import batch_summary
+from workers.circuit import outage_text
 from workers.ledger import last_over
 from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings, SettingsProblem, load_settings
@@ -382,6 +383,8 @@ def status(run_id: str, results: ResultsOpt = None) -> None:
         eta_text,
     )
     Console().print(table)
+    if running and (outages := runs.runtime.outages()):
+        Console().print(f"{outage_text(outages)}, {pending} jobs waiting", highlight=False)
     if manifest.via == "batch":
         Console().print(batch_summary(store, run_id), highlight=False)
 
@@ -672,8 +675,10 @@ def _print_summary(end: RunEnd) -> None:
     manifest, cost, metrics, config = end.manifest, end.cost, end.metrics, end.manifest.config
     out, c, total = Console(soft_wrap=True), manifest.counts, cost["total"]
     why = f" ({manifest.error})" if manifest.error else ""
+    paused = manifest.timings.get("provider_unavailable_s")
+    waited = f" ({paused:.0f} s of it with the LLM provider unavailable)" if paused else ""
     out.print(
-        f"\n[bold]run {manifest.run_id}: {manifest.status}[/bold]{why} in {manifest.timings.get('wall_s', 0):.1f} s"
+        f"\n[bold]run {manifest.run_id}: {manifest.status}[/bold]{why} in {manifest.timings.get('wall_s', 0):.1f} s{waited}"
     )
     out.print(
         f"queries: {c.get('done', 0)} done ({c.get('reused', 0)} reused), {c.get('failed', 0)} failed, {c.get('pending', 0)} pending; {c.get('invalid_rows', 0)} invalid input rows"

@@ -18,6 +18,7 @@ from decimal import Decimal
 from amqp.exceptions import ChannelError
 from celery import Celery
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from prism.models import QuestionPlan, RunManifest, Usage
@@ -32,6 +33,7 @@ from workers import runtime as runtimes
 from workers.app import make_app
 from workers.batches import BatchDriver, BatchLimits
 from workers.budget import RunBudget
+from workers.circuit import outage_text
 from workers.corpus import Corpus
 from workers.embedded import embedded_worker
 from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, mark_last_over, outcome_keys
@@ -186,10 +188,13 @@ class Runs:
                 raise RunError(error)
             if not wait:
                 return RunEnd(manifest)
-            state, requeues = self.watch(
+            state, requeues, paused = self.watch(
                 RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent), driver
             )
-        manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues})
+        timings = manifest.timings
+        if paused:  # the time the run waited for its LLM provider, over every resume
+            timings = timings | {"provider_unavailable_s": round(timings.get("provider_unavailable_s", 0) + paused, 3)}
+        manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues, "timings": timings})
         end = self.finalize(state, manifest, spent())
         if end.manifest.changes:
             self.console.print(report.changes_text(end.manifest.changes))
@@ -262,14 +267,16 @@ class Runs:
         timeout: float | None,
         replan: Callable[[], Plan],
         driver: BatchDriver | None = None,
-    ) -> tuple[RunState, int]:
+    ) -> tuple[RunState, int, float]:
         """Wait until every enqueued job has an outcome. Progress is counted beside the store
         (Redis, or memory when embedded); the store is read every few seconds for the cost
         line. When nothing moves for ``stall_s`` and no worker holds a task, the missing jobs
         were lost (a broker restart, a chord that cannot finish): enqueue them again,
         ``max_requeues`` times at most, then record them as failed. Outcomes are write-once,
-        so a job that was only slow is not stored twice. A batch-mode run's batches are polled,
-        and new ones submitted, every ``batch_poll_s``."""
+        so a job that was only slow is not stored twice. While an LLM endpoint is down (its
+        circuit open) the jobs wait for it: that is no stall, and the progress line says so.
+        A batch-mode run's batches are polled, and new ones submitted, every ``batch_poll_s``.
+        Returns the state, the requeues and the seconds the provider was unavailable."""
         s, progress = self.settings, self.runtime.progress
         run = keys.progress(state.store.uri, state.layout.run_id)
         planned_key = keys.planned(state.store.uri, state.layout.run_id)
@@ -290,6 +297,8 @@ class Runs:
 
         finished_now, requeues = counted(), 0
         last_finished, last_change, last_read, last_tick, batches = -1, time.monotonic(), 0.0, 0.0, ""
+        summary, down, down_from, paused = "", "", 0.0, 0.0  # down: the outage line, from when
+        calm_until = 0.0  # no stall before the jobs an outage deferred are back
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, TimeRemainingColumn(), console=self.console) as bar_view:
             bar = bar_view.add_task("ranking", total=None)
@@ -297,27 +306,47 @@ class Runs:
                 try:
                     if driver is not None and time.monotonic() - last_tick >= s.batch_poll_s:
                         batches, last_tick = "; " + driver.tick(), time.monotonic()
-                        bar_view.update(bar, description=f"ranking{batches}")
                     finished, expected, final = finished_now()
                     done = final and finished >= expected
                     if time.monotonic() - last_read > 10 or done:
                         state.poll()
                         last_read = time.monotonic()
-                        usd = usd_text(cost_report(state)["total"])
-                        description = f"ranking (failed {len(state.job_failures)}, {usd}){batches}"
-                        bar_view.update(bar, description=description)
+                        summary = f" (failed {len(state.job_failures)}, {usd_text(cost_report(state)['total'])})"
+                    outages = self.runtime.outages()
                 except Exception as err:  # noqa: BLE001 - the store or Redis may be down a while
                     bar_view.console.print(
                         f"[yellow]cannot read the run's progress ({type(err).__name__}); retrying[/]"
                     )
                     time.sleep(2)
                     continue
-                bar_view.update(bar, completed=finished, total=expected)
+                if outages:
+                    line = f"{outage_text(outages)}, {max(0, expected - finished)} jobs waiting"
+                    if not down:
+                        down_from = time.monotonic()
+                        said = f"{line}: {outages[0][1].error}; they wait for it up to PRISM_OUTAGE_S={s.outage_s:g} s"
+                        bar_view.console.print(f"[yellow]{escape(said)}[/yellow]")
+                    down, last_change = line, time.monotonic()  # the jobs wait for the provider: no stall
+                    # A job deferred for it is back within its wait and the task's jitter (at most as long).
+                    calm_until = time.monotonic() + 2 * max(o.wait_s() for _, o in outages)
+                elif down:
+                    paused += time.monotonic() - down_from
+                    bar_view.console.print(f"provider back after {time.monotonic() - down_from:.0f} s unavailable")
+                    down = ""
+                bar_view.update(
+                    bar,
+                    completed=finished,
+                    total=expected,
+                    description=f"ranking{summary}{batches}" + (f"; {down}" if down else ""),
+                )
                 if done or (deadline and time.monotonic() > deadline):
-                    return state, requeues
+                    return state, requeues, paused + (time.monotonic() - down_from if down else 0.0)
                 if finished != last_finished:
                     last_finished, last_change = finished, time.monotonic()
-                elif time.monotonic() - last_change > s.stall_s and (fleet := self._fleet()).stalled:
+                elif (
+                    time.monotonic() > calm_until
+                    and time.monotonic() - last_change > s.stall_s
+                    and (fleet := self._fleet()).stalled
+                ):
                     if fleet.queued:  # jobs wait and no worker is there to take them
                         bar_view.console.print(
                             f"[yellow]no progress for {s.stall_s:.0f} s, {fleet.queued} jobs queued and no worker "

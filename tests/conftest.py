@@ -63,9 +63,10 @@ def simulator():
 
 @pytest.fixture()
 def fresh_simulator(simulator):
-    """The module's simulator, reset to the oracle mode with no noise and no faults."""
+    """The module's simulator, reset to the oracle mode with no noise, no faults and no outage."""
     simulator.config = SimulatorConfig(mode="oracle")
     simulator._script.clear()
+    simulator.outage(0)
     simulator.clear_caches()
     return simulator
 

@@ -46,6 +46,21 @@ def prompt_warming(key: str) -> str:
     return f"prism:prompt:{key}:warming"
 
 
+# An LLM endpoint's open circuit (workers.circuit): since when it is down and its last failure,
+# forgotten this long after its last failure: past the longest wait (prism.llm.OUTAGE_WAIT_S), so
+# an outage is never forgotten while jobs wait for it, and the next night starts closed; and the
+# claim of its one probe per wait (it lapses after the wait).
+CIRCUIT_TTL_S = 5 * 60
+
+
+def circuit(endpoint: str) -> str:
+    return f"prism:circuit:{endpoint}"
+
+
+def circuit_probe(endpoint: str) -> str:
+    return f"prism:circuit:{endpoint}:probe"
+
+
 def cache(key: str) -> str:
     return f"{CACHE_PREFIX}{key}"
 

@@ -1,5 +1,5 @@
 """What a worker process keeps between tasks: settings, stores, the LLM gateway (with the fleet
-limiter and the response cache), the models runs pin, rankers, recently read chunk inputs, and
+limiter, the endpoints' circuits and the response cache), the models runs pin, rankers, recently read chunk inputs, and
 the ledger that stores outcomes. Built explicitly: once per worker process (:func:`of`), and
 once per embedded run, where the producer plans with the same runtime its threads rank with."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from prism.llm import Gateway
+from prism.llm import Gateway, Outage
 from prism.models import CallRecord, RunConfig, Stage
 from prism.pricing import PriceTable
 from prism.prior import DocPrior
@@ -25,6 +25,7 @@ from workers import metrics, priors
 from workers.batches import StoreBatchQueue
 from workers.budget import RunBudget
 from workers.cache import TieredCache
+from workers.circuit import Circuits
 from workers.corpus import Corpus
 from workers.ledger import Ledger, MemoryProgress, Progress, RedisProgress
 from workers.limiter import FleetLimiter
@@ -81,6 +82,22 @@ class Runtime:
         )
 
     @cached_property
+    def circuits(self) -> Circuits:
+        """The endpoints' circuits: in Redis for the fleet, else in this process (an embedded
+        run's producer sees its workers' through this runtime)."""
+        return Circuits(self.redis)
+
+    def outages(self) -> list[tuple[str, Outage]]:
+        """The configured LLM endpoints that are down now, by URL, with since when."""
+        if not self.settings.llm_configured:
+            return []
+        found: dict[str, tuple[str, Outage]] = {}
+        for endpoint in self.settings.endpoints().values():
+            if endpoint.key not in found and (outage := self.circuits.outage(endpoint.key)) is not None:
+                found[endpoint.key] = (endpoint.base_url or "api.openai.com", outage)
+        return list(found.values())
+
+    @cached_property
     def gateway(self) -> Gateway | None:
         s = self.settings
         if not s.llm_configured:
@@ -89,7 +106,7 @@ class Runtime:
         if s.cache:
             cache = TieredCache(self.redis, self.store(s.cache_uri or s.results), s.cache_hot_ttl_s, s.cache_ttl_s)
         prices = PriceTable.load(s.prices_file)
-        return Gateway(s.endpoints(), prices, s.retry_policy(), self.limiter, cache, s.request_options())
+        return Gateway(s.endpoints(), prices, s.retry_policy(), self.limiter, cache, s.request_options(), self.circuits)
 
     @cached_property
     def progress(self) -> Progress | None:

@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     llm_timeout_s: float | None = Field(None, gt=0)  # default: 120 s, FLEX_TIMEOUT_S under flex
     llm_timeout_retries: int = Field(1, ge=0)  # re-sends of a timed-out request, apart from llm_max_attempts
     llm_max_attempts: int = Field(6, ge=1)
+    # An endpoint down (no connection, 502/503/504/529) pauses the jobs that need it, for this long
+    # at most since its first failure; then their calls fail. 30 min rides out a deploy, a restart or
+    # a regional blip, and still ends a night within its window with the failures said.
+    outage_s: float = Field(1800.0, gt=0)
     llm_backoff_cap_s: float = Field(60.0, ge=0)
     # Output caps: one number for every stage, or per stage ({"segments": 2048}); 0: no cap.
     # Unset stages take the defaults in prism.models.OUTPUT_CAPS (+ REASONING_TOKENS for reasoning models).
@@ -255,6 +259,7 @@ class Settings(BaseSettings):
             timeout_s=self.llm_timeout_s or (FLEX_TIMEOUT_S if self.service_tier == "flex" else 120.0),
             timeout_retries=self.llm_timeout_retries,
             expected_output_tokens=self.llm_expected_output_tokens,
+            outage_s=self.outage_s,
         )
 
     def request_options(self) -> RequestOptions:

@@ -4,7 +4,9 @@ and ranks the numbered candidates it finds in the prompt.
 Modes: ``lexical`` ranks by BM25; ``oracle`` ranks by the graded labels of known queries
 (``add_queries``), each candidate's grade replaced by a random one with probability ``noise``.
 It counts tokens, waits ``latency_s`` per request, and can be told to fail: a script of
-faults for the next requests (``script("429", "malformed")``) or a rate per fault kind.
+faults for the next requests (``script("429", "malformed")``) or a rate per fault kind. It can
+also be down for a while (``outage(seconds, kind)``): every request answered 503 "overloaded",
+or its connection closed with no answer (``refuse``: the client sees a connection error).
 
 It can also behave like the servers one meets in practice: read only ``max_tokens``
 (``reads_cap``, as llama.cpp does), run away and generate up to the cap or the context
@@ -60,6 +62,7 @@ FAULTS = (
     "runaway",
     "flex_unavailable",
 )
+OUTAGES = ("503", "refuse")
 # Reasoning tokens per prompt token, by effort. PRISM's chunk jobs were ~85% prompt and ~15%
 # completion tokens (at the provider's default effort, medium): 15/85 = 0.18 of the prompt, the
 # visible list of indices being a few tokens. The other efforts are scaled from it.
@@ -97,6 +100,14 @@ class SimulatorConfig:
     reasoning_share: dict[str, float] | None = None  # effort -> reasoning tokens per prompt token
 
 
+@dataclass
+class _Outage:
+    kind: str
+    seconds: float
+    after: int  # starts once this many chat requests have been answered
+    started: float | None = None
+
+
 class Simulator:
     def __init__(
         self, config: SimulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0, clock=time.monotonic
@@ -113,6 +124,7 @@ class Simulator:
             maxlen=1000
         )  # model, outcome, time, system prompt and last user message of recent requests
         self._script: deque[str] = deque()
+        self._outage: _Outage | None = None
         self._lock = threading.Lock()
         self._tokens = TokenCounter()
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of requests served
@@ -149,6 +161,29 @@ class Simulator:
             raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
         with self._lock:
             self._script.extend(faults)
+
+    def outage(self, seconds: float, kind: str = "503", after: int = 0) -> None:
+        """Be down for ``seconds`` (0: up again now), from now or once ``after`` more chat
+        requests have been answered: every request gets 503 "overloaded" (``kind="503"``) or its
+        connection closed without an answer (``kind="refuse"``)."""
+        if kind not in OUTAGES:
+            raise ValueError(f"unknown outage kind {kind!r}; known: {OUTAGES}")
+        with self._lock:
+            self._outage = _Outage(kind, seconds, self.stats["requests"] + after) if seconds > 0 else None
+
+    def down(self) -> str | None:
+        """The outage's kind while the simulator is down, counted as refused; else None."""
+        with self._lock:
+            outage = self._outage
+            if outage is None or self.stats["requests"] < outage.after:
+                return None
+            if outage.started is None:
+                outage.started = time.monotonic()
+            if time.monotonic() - outage.started >= outage.seconds:
+                self._outage = None
+                return None
+            self.stats["outage_refused"] += 1
+            return outage.kind
 
     def start(self) -> Simulator:
         self._thread = threading.Thread(target=self._server.serve_forever, name="llm-simulator", daemon=True)
@@ -498,6 +533,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
+            if self._down():
+                return
             if _batch_route(self.path):
                 self._send_batch("GET", b"")
             elif self.path.rstrip("/").endswith("/models"):
@@ -508,6 +545,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             route = self.path.rstrip("/")
+            if self._down(length):
+                return
             if _batch_route(self.path):
                 self._send_batch("POST", self.rfile.read(length))
                 return
@@ -524,6 +563,18 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             if delay:
                 time.sleep(delay)
             self._send(status, payload, headers)
+
+        def _down(self, length: int = 0) -> bool:
+            """Answer as a server that is down, when the simulator is: True if it did."""
+            kind = sim.down()
+            if kind is None:
+                return False
+            self.rfile.read(length)
+            if kind == "refuse":
+                self.close_connection = True  # no answer: the client sees the connection closed
+            else:
+                self._send(503, _error("simulated outage: the server is overloaded", "overloaded"))
+            return True
 
         def _send_batch(self, method: str, body: bytes) -> None:
             status, payload = sim.batch.handle(method, self.path, self.headers, body)

@@ -1,0 +1,86 @@
+"""Each LLM endpoint's circuit (prism.llm.Circuit): open while the endpoint is down, from its
+first failed attempt; one probe per wait tries it; an answer closes it. In Redis, shared by the
+fleet; in this process when there is no Redis (an embedded run, whose producer reads the same
+object through the runtime). The gateway opens and closes it; the producer reads ``outage`` for
+its progress line, `prism status` and its stall watch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import redis
+
+from prism.llm import Outage
+from workers import keys
+
+
+class Circuits:
+    def __init__(self, client: redis.Redis | None = None):
+        self.client = client
+        self._open: dict[str, tuple[Outage, float]] = {}  # endpoint -> (outage, its last failure)
+        self._probes: dict[str, float] = {}  # endpoint -> when its probe claim lapses
+        self._lock = threading.Lock()
+
+    def outage(self, endpoint: str) -> Outage | None:
+        if self.client is not None:
+            return _outage(self.client.hgetall(keys.circuit(endpoint)))
+        with self._lock:
+            return self._local(endpoint)
+
+    def probe(self, endpoint: str, ttl_s: float) -> bool:
+        if self.client is not None:
+            return bool(self.client.set(keys.circuit_probe(endpoint), 1, nx=True, px=max(1, int(ttl_s * 1000))))
+        with self._lock:
+            if self._probes.get(endpoint, 0.0) > time.time():
+                return False
+            self._probes[endpoint] = time.time() + ttl_s
+            return True
+
+    def failed(self, endpoint: str, since: float, error: str) -> Outage:
+        """Open the circuit (down since ``since``), or keep it open with this last error."""
+        if self.client is not None:
+            name = keys.circuit(endpoint)
+            pipe = self.client.pipeline()  # MULTI: the first failure's time wins
+            pipe.hsetnx(name, "since", repr(since))
+            pipe.hset(name, "error", error)
+            pipe.expire(name, keys.CIRCUIT_TTL_S)
+            pipe.hgetall(name)
+            outage = _outage(pipe.execute()[-1])
+            assert outage is not None
+            return outage
+        with self._lock:
+            current = self._local(endpoint)
+            outage = Outage(current.since if current else since, error)
+            self._open[endpoint] = (outage, time.time())
+            return outage
+
+    def closed(self, endpoint: str) -> None:
+        if self.client is not None:
+            self.client.delete(keys.circuit(endpoint), keys.circuit_probe(endpoint))
+            return
+        with self._lock:
+            self._open.pop(endpoint, None)
+            self._probes.pop(endpoint, None)
+
+    def _local(self, endpoint: str) -> Outage | None:
+        outage, last = self._open.get(endpoint, (None, 0.0))
+        return outage if time.time() - last < keys.CIRCUIT_TTL_S else None
+
+
+def _outage(fields: dict) -> Outage | None:
+    text = {_str(k): _str(v) for k, v in fields.items()}
+    return Outage(float(text["since"]), text.get("error", "")) if "since" in text else None
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def outage_text(outages: Sequence[tuple[str, Outage]]) -> str:
+    """'provider unavailable since 14:03:07 UTC (http://host/v1)', the earliest first."""
+    ordered = sorted(outages, key=lambda found: found[1].since)
+    since = datetime.fromtimestamp(ordered[0][1].since, UTC).strftime("%H:%M:%S UTC")
+    return f"provider unavailable since {since} ({', '.join(url for url, _ in ordered)})"
