@@ -538,6 +538,36 @@ def icl_build(
     )
 
 
+corpus_app = typer.Typer(help="What a corpus holds.", no_args_is_help=True)
+app.add_typer(corpus_app, name="corpus")
+
+
+@corpus_app.command("ls")
+def corpus_ls(
+    corpus: Annotated[str, typer.Option("--corpus", help="The corpus: a folder or s3://bucket/prefix.")],
+) -> None:
+    """Every filing of a corpus: the id a question's qrels name, with its company, CIK, form,
+    period, pages and documents, and the identity fields that were guessed."""
+    from workers.corpus import Corpus
+    from workers.store import open_store
+
+    settings = _settings()
+    manifest = Corpus(open_store(corpus, settings)).manifest()
+    if not manifest.filings:
+        raise RunError(f"--corpus {corpus}: no filings there")
+    # one tab-separated line a filing, whole ids: for reading and for scripts alike
+    typer.echo("\t".join(("filing", "company", "cik", "form", "period", "pages", "guessed")))
+    for fid, entry in manifest.filings.items():
+        meta = entry.meta
+        latest = next(v for v in entry.versions if v.version == entry.latest)
+        period = str(meta.period_end) if meta.period_end else (f"FY{meta.fiscal_year}" if meta.fiscal_year else "")
+        row = (fid, meta.company or "", meta.cik or "", meta.form_type or "", period, str(latest.pages))
+        typer.echo("\t".join((*row, ",".join(meta.guessed))))
+    console.print(f"{len(manifest.filings)} filings in {corpus}")
+    if manifest.failures:
+        console.print(f"{len(manifest.failures)} sources gave no filing (the manifest's failures say why)")
+
+
 prior_app = typer.Typer(help="The learned filing-type prior for document ranking.", no_args_is_help=True)
 app.add_typer(prior_app, name="prior")
 

@@ -85,14 +85,20 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
         if row.get("filing"):
             pairs.setdefault(row["question_id"], []).append(row)
     results = {r.query_id: r for r in state.results.values() if r.task == "chunks"}
-    in_corpus = set(corpus.manifest().filings)
+    manifest = corpus.manifest()
+    in_corpus = set(manifest.filings)
+    pages = {
+        fid: next((v.pages for v in e.versions if v.version == e.latest), 0) for fid, e in manifest.filings.items()
+    }
     filings: dict[tuple[str, str], Filing] = {}
     rows: list[dict] = []
     judged = top1 = 0
     recall = ndcg = 0.0
     no_filing = sum(1 for q in questions.values() if not q["filings"])
     for qid, q in questions.items():
-        grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in q["qrels"]}
+        # a page qrel over a filing without that page is not judged (the run said so when it began)
+        judgeable = [r for r in q["qrels"] if r.get("page") is None or 0 < r["page"] <= pages.get(r["filing"], 0)]
+        grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in judgeable}
         chunks: list[tuple[Filing, dict, int, int, float | None, str, str]] = []  # one entry per ranked chunk
         for pair in sorted(pairs.get(qid, []), key=lambda p: p["filing_rank"]):
             result = results.get(pair["query_id"])

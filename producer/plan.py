@@ -52,6 +52,7 @@ class Plan:
     reused: int = 0  # copied from an earlier run with the same job id
     not_enqueued: int = 0  # left pending: the run's budget was spent while planning
     warnings: int = 0  # rows that run, with something said about them (warnings.jsonl)
+    said: list[str] = field(default_factory=list)  # the first warnings, to print
     changes: dict | None = None  # a `--new` run: what changed since the run it starts from
     questions: int = 0  # a question set: questions enqueued for planning on the fleet
     corpus_versions: str | None = None  # a question set: the corpus snapshot it was planned against

@@ -7,6 +7,7 @@ questions.jsonl, and a `--new` run's changes are counted from them.
 
 from __future__ import annotations
 
+import difflib
 import json
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from prism.datasets import InputFileError, RowError
+from prism.ingest.models import FilingEntry
 from prism.models import QuestionPlan, RunManifest
 from prism.questions import Question, read_questions
 from producer.plan import Plan, RunError, RunSpec, invalid_failure
@@ -42,12 +44,19 @@ def enqueue_questions(spec: RunSpec, store: Store, ledger: Ledger, settings: Set
     if spec.since is not None:
         plan.changes = filing_changes(store, corpus, spec, versions, settings.filings_per_question)
     rows: list[bytes] = []
+    warnings: list[bytes] = []  # qrels that cannot be judged: the question runs, the line is named
     for item in _questions(spec.input, settings):
         if isinstance(item, InputFileError | RowError):
             plan.invalid_rows += 1
             line = item.line if isinstance(item, RowError) else -1
             ledger.invalid(invalid_failure(spec.run_id, spec.input, item), spec.input, line)
             continue
+        for field, message in qrel_warnings(item, manifest.filings):
+            plan.warnings += 1
+            warning = {"source": spec.input, "line": item.line, "field": field, "message": message}
+            warnings.append(json.dumps(warning | {"query_id": item.id}).encode())
+            if len(plan.said) < SAID:
+                plan.said.append(f"{spec.input} line {item.line}, field '{field}': {message}")
         job = question_job(spec, item, at, settings.filings_per_question)
         plan_question.delay(job.model_dump(mode="json"))
         plan.questions += 1
@@ -56,8 +65,33 @@ def enqueue_questions(spec: RunSpec, store: Store, ledger: Ledger, settings: Set
         if spec.limit and plan.questions >= spec.limit:
             break
     store.put(layout.file("questions-enqueued.jsonl"), b"\n".join(rows) + b"\n" if rows else b"")
+    if warnings:
+        store.put(layout.file("warnings.jsonl"), b"\n".join(warnings) + b"\n")
     plan.seconds = round(time.monotonic() - started, 3)
     return plan
+
+
+SAID = 5  # qrel warnings printed; every one is in the run's warnings.jsonl
+
+
+def qrel_warnings(q: Question, filings: dict[str, FilingEntry]) -> Iterator[tuple[str, str]]:
+    """(field, why) for each qrel that cannot be judged against the corpus: a filing id it does
+    not hold (the ids `prism corpus ls` lists), a page past the filing's last or of a filing with
+    no pages, a chunk id of another filing. Such a qrel is not judged; it is never a silent 0."""
+    for i, qrel in enumerate(q.qrels):
+        entry = filings.get(qrel.filing)
+        if entry is None:
+            close = difflib.get_close_matches(qrel.filing, list(filings), n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else " (prism corpus ls lists them)"
+            yield f"qrels[{i}].filing", f"'{qrel.filing}' is no filing id of the corpus{hint}: not judged"
+            continue
+        pages = next((v.pages for v in entry.versions if v.version == entry.latest), 0)
+        if qrel.page is not None and not pages:
+            yield f"qrels[{i}].page", f"'{qrel.filing}' has no pages: this page qrel is not judged"
+        elif qrel.page is not None and qrel.page > pages:
+            yield f"qrels[{i}].page", f"page {qrel.page} is past the last of '{qrel.filing}' ({pages}): not judged"
+        if qrel.chunk is not None and not qrel.chunk.startswith(f"{qrel.filing}:"):
+            yield f"qrels[{i}].chunk", f"'{qrel.chunk}' is no chunk of '{qrel.filing}': not judged"
 
 
 def question_job(spec: RunSpec, q: Question, corpus_at: str, filings_per_question: int) -> QuestionJob:

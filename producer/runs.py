@@ -217,6 +217,10 @@ class Runs:
             self.console.print(
                 f"enqueued {plan.questions} questions for planning on the fleet; {plan.invalid_rows} invalid rows"
             )
+            for line in plan.said:
+                self.console.print(f"[yellow]qrel not judged:[/yellow] {line}", highlight=False)
+            if plan.warnings > len(plan.said):
+                self.console.print(f"... and {plan.warnings - len(plan.said)} more in warnings.jsonl")
         else:
             self.console.print(
                 f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued "

@@ -148,6 +148,17 @@ def test_prism_ingest_stores_each_filing_once_and_names_what_it_could_not_read(t
     assert len(manifest["filings"]) == 2 and len(manifest["failures"]) == 1
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert "0 filings ingested, 0 new versions, 2 unchanged" in again.stderr
+    # the ids qrels name, with what each filing is, and the fields that were guessed
+    listed = subprocess.run(
+        [cmd[0], "corpus", "ls", "--corpus", str(tmp_path / "corpus")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = " ".join((listed.stdout + listed.stderr).split())
+    assert listed.returncode == 0 and "2 filings in" in out and "1 sources gave no filing" in out, out
+    assert "acme_2023_10k" in out and "acme_q3" in out and "ACME WIDGETS" in out and "10-K" in out
 
 
 def test_prism_ingest_names_the_files_it_does_not_read_and_refuses_a_corpus_that_is_a_file(tmp_path):

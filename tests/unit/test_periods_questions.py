@@ -127,3 +127,31 @@ def test_a_date_just_after_a_quarter_points_to_that_quarters_report():
         assert period_fit(period, quarterly) > period_fit(period, current)
     # the 8-K of an event weeks after the date is still the one for it
     assert period_fit(resolve_period("Who was elected on November 1, 2024?"), current) > 1.0
+
+
+def test_qrels_that_cannot_be_judged_are_named_on_their_line():
+    from datetime import UTC, datetime
+
+    from prism.ingest.models import FilingEntry, VersionEntry
+    from producer.questions import qrel_warnings
+
+    def entry(fid: str, pages: int) -> FilingEntry:
+        version = VersionEntry(
+            version="v1", content_sha256="x", key="k", ingested_at=datetime.now(UTC), chunks=1, tokens=1, pages=pages
+        )
+        return FilingEntry(id=fid, meta=FilingMeta(source_uri=fid), latest="v1", versions=[version])
+
+    filings = {"acme-10k-2023": entry("acme-10k-2023", 40), "notes": entry("notes", 0)}
+    line = (
+        '{"id": "q", "question": "Revenue?", "qrels": [{"filing": "acme-10k-2023.html", "page": 3, "grade": 2}, '
+        '{"filing": "acme-10k-2023", "page": 41, "grade": 1}, {"filing": "acme-10k-2023", "page": 40, "grade": 1}, '
+        '{"filing": "notes", "page": 1, "grade": 1}]}\n'
+    )
+    (q,) = read_questions(io.BytesIO(line.encode()))
+    found = dict(qrel_warnings(q, filings))
+    assert found["qrels[0].filing"].startswith(
+        "'acme-10k-2023.html' is no filing id of the corpus (did you mean 'acme-10k-2023'?)"
+    )
+    assert found["qrels[1].page"] == "page 41 is past the last of 'acme-10k-2023' (40): not judged"
+    assert found["qrels[3].page"] == "'notes' has no pages: this page qrel is not judged"
+    assert "qrels[2].page" not in found  # the last page is a page
