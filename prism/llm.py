@@ -451,6 +451,7 @@ class Gateway:
                     attempts=getattr(err, "prism_attempts", 1),
                     throttled=getattr(err, "prism_throttled", 0),
                     timeouts=timeouts,
+                    timed_out_prompt_tokens=prompt * timeouts,
                     # Refused requests are not billed; a timed-out one may have been generated.
                     usd=None if timeouts else Decimal(0),
                     error=describe(err),
@@ -484,6 +485,7 @@ class Gateway:
             attempts=attempts,
             throttled=throttled,
             timeouts=timeouts,
+            timed_out_prompt_tokens=prompt * timeouts,
             tier=tier,
             **price,
             prompt_token_gap=prompt_gap(prompt, usage) if check_prompt else None,

@@ -71,6 +71,9 @@ class CallRecord(BaseModel):
     usd: Decimal | None  # None: unknown (no price for the model, or a timed-out request); never read as $0
     error: str | None = None
     timeouts: int = 0  # attempts that timed out: the provider may have generated, and billed, them
+    # the prompt tokens those attempts sent (as counted here): work the provider may have billed,
+    # in no usage it reported
+    timed_out_prompt_tokens: int = 0
     prompt_token_gap: int | None = None  # prompt tokens the server did not count (far fewer than sent)
     cached: bool = False  # answered from the response cache: no request, no tokens, $0
     tier: str = "standard"  # the service tier that answered: standard, flex or batch

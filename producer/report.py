@@ -78,7 +78,7 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         "",
         "## Cost",
         "",
-        "| group | calls | cache hits | attempts | 429s | timeouts | prompt tokens | cached tokens | completion tokens | USD | unpriced calls |",
+        "| group | calls | cache hits | attempts | 429s | timeouts (prompt tokens sent, possibly billed) | prompt tokens | cached tokens | completion tokens | USD | unpriced calls |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = [("total", cost["total"])] + [
@@ -88,7 +88,8 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
     ]
     for name, s in rows:
         out.append(
-            f"| {name} | {s['calls']} | {s['cached_calls']} | {s['attempts']} | {s['throttled']} | {s['timeouts']} | "
+            f"| {name} | {s['calls']} | {s['cached_calls']} | {s['attempts']} | {s['throttled']} | "
+            f"{s['timeouts']} ({s.get('timed_out_prompt_tokens', 0)}) | "
             f"{s['prompt_tokens']} | {s['cached_tokens']} | {s['completion_tokens']} | {usd_text(s)} | {s['unpriced_calls']} |"
         )
     if levers := cost.get("savings_by_lever"):

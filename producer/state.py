@@ -107,6 +107,7 @@ class CostSummary(BaseModel):
     cached_calls: int = 0  # answered from the response cache, at $0
     throttled: int = 0  # attempts refused with 429
     timeouts: int = 0  # attempts that timed out (the provider may have billed them)
+    timed_out_prompt_tokens: int = 0  # what those attempts sent: possibly billed, in no usage reported
     unpriced_calls: int = 0  # cost unknown, not zero: no price, no usage, or a timed-out attempt
     prompt_token_gaps: int = 0  # calls whose server counted far fewer prompt tokens than were sent
     prompt_tokens: int = 0
@@ -126,6 +127,7 @@ class CostSummary(BaseModel):
         self.attempts += call.attempts
         self.throttled += call.throttled
         self.timeouts += call.timeouts
+        self.timed_out_prompt_tokens += call.timed_out_prompt_tokens
         self.failed_calls += call.error is not None
         self.cached_calls += call.cached
         unknown = call.usd is None or call.timeouts > 0

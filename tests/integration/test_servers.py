@@ -133,6 +133,8 @@ def test_a_timed_out_request_is_sent_again_once_not_six_times(fresh_simulator):
     assert calls[0].attempts == 2 and calls[0].timeouts == 2
     assert fresh_simulator.stats["requests"] - before == 2
     assert calls[0].usd is None  # the abandoned generations may have been billed
+    # what the two abandoned attempts sent is kept, beside the usage no one reported
+    assert calls[0].timed_out_prompt_tokens > 0 and calls[0].timed_out_prompt_tokens % 2 == 0
 
 
 def test_timeouts_are_counted_apart_from_5xx(fresh_simulator):
@@ -146,6 +148,7 @@ def test_timeouts_are_counted_apart_from_5xx(fresh_simulator):
     summary = CostSummary()
     summary.add(calls[0])
     assert not summary.usd_known and summary.unpriced_calls == 1 and summary.usd > 0
+    assert 0 < summary.timed_out_prompt_tokens < summary.prompt_tokens * 2  # one timed-out attempt's prompt
 
 
 def test_a_slow_runaway_generation_times_out_without_a_cap_and_answers_with_one(fresh_simulator):
