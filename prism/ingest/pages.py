@@ -151,7 +151,8 @@ def finish(pieces: list[str], printed: list[str | None] | None, keep_spacing: bo
     pages: list[Page] = []
     for text, number in kept:
         lines = text.split("\n")
-        body = [line for i, line in enumerate(lines) if not (_near_edge(lines, i) and _key(line) in running)]
+        edges = _edges(lines)
+        body = [line for i, line in enumerate(lines) if not (i in edges and _key(line) in running)]
         found = number or _printed(lines, running)
         if not "\n".join(body).strip():
             body = lines  # a page that is nothing but its running lines keeps them
@@ -172,9 +173,10 @@ def _tidy(text: str, keep_spacing: bool) -> str:
     return "\n".join(out).strip("\n")
 
 
-def _near_edge(lines: list[str], i: int) -> bool:
+def _edges(lines: list[str]) -> set[int]:
+    """The positions of a page's first and last few lines with text."""
     filled = [j for j, line in enumerate(lines) if line.strip()]
-    return i in filled[:EDGE_LINES] or i in filled[-EDGE_LINES:]
+    return {*filled[:EDGE_LINES], *filled[-EDGE_LINES:]}
 
 
 def _key(line: str) -> str:
