@@ -56,7 +56,6 @@ class Page:
 class HtmlDocument:
     pages: list[Page]
     facts: dict[str, str]  # inline-XBRL dei facts by local name ("DocumentType": "10-Q")
-    text_like: bool  # fixed-width text wrapped in HTML tags, read as text
 
 
 def html_pages(data: bytes, source: str) -> HtmlDocument:
@@ -81,7 +80,7 @@ def html_pages(data: bytes, source: str) -> HtmlDocument:
         pages = finish(pieces, printed, keep_spacing=False)
     if not pages:
         raise IngestError(source, "the HTML holds no text")
-    return HtmlDocument(pages, facts, text_like=_text_like(data))
+    return HtmlDocument(pages, facts)
 
 
 def text_pages(text: str) -> list[Page]:
