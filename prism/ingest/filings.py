@@ -15,9 +15,19 @@ from prism.ingest.chunking import page_chunks, paged_chunks
 from prism.ingest.extract import IngestError, pdf_pages, plain_text
 from prism.ingest.identity import identify
 from prism.ingest.meta import ID_KEYS, meta_from_record
-from prism.ingest.models import Chunk, Chunking, Document, Filing, FilingFlag, FilingMeta, SourceKind, filing_version
+from prism.ingest.models import (
+    Chunk,
+    Chunking,
+    Document,
+    DocumentKind,
+    Filing,
+    FilingFlag,
+    FilingMeta,
+    SourceKind,
+    filing_version,
+)
 from prism.ingest.pages import Page, html_pages, text_pages
-from prism.ingest.sgml import SgmlDocument, is_submission, parse_submission, uudecode
+from prism.ingest.sgml import is_submission, parse_submission, uudecode
 from prism.ingest.sniff import check_format
 from prism.segmenting import TokenCounter
 
@@ -135,15 +145,11 @@ def read_document(data: bytes, source: str, kind: SourceKind) -> Read:
     """HTML or text, or an EDGAR full submission whatever its suffix: every readable document's
     pages in file order, numbered on across documents; data documents listed as skipped."""
     if not is_submission(data):
-        if kind == "html":
-            html = html_pages(data, source)
-            pages, facts, flags = html.pages, html.facts, []
-        else:
-            text, cp1252 = plain_text(data, source)
-            pages, facts, flags = text_pages(text), {}, ["decoded_cp1252"] if cp1252 else []
-        pages = [replace(p, number=i + 1) for i, p in enumerate(pages)]
-        document = Document(type=kind.upper(), kind=kind, pages=(1, len(pages)) if pages else None)
-        return Read(pages, [document], _cover(pages), facts=facts, flags=flags)  # type: ignore[arg-type]
+        read = Read([], [], "")
+        read.pages = [replace(p, number=i + 1) for i, p in enumerate(_document_pages(kind, data, source, read))]
+        read.documents = [Document(type=kind.upper(), kind=kind, pages=(1, len(read.pages)) if read.pages else None)]
+        read.cover = _cover(read.pages)
+        return read
     submission = parse_submission(data)
     if not submission.documents:
         raise IngestError(source, "an EDGAR submission with no <DOCUMENT>")
@@ -164,7 +170,7 @@ def read_document(data: bytes, source: str, kind: SourceKind) -> Read:
             continue
         where = f"{source} document {doc.sequence or len(read.documents)} ({doc.type})"
         try:
-            pages = _document_pages(doc, where, read)
+            pages = _document_pages(doc.kind, doc.body, where, read)
         except IngestError as err:
             entry.skipped = err.reason
             continue
@@ -178,15 +184,16 @@ def read_document(data: bytes, source: str, kind: SourceKind) -> Read:
     return read
 
 
-def _document_pages(doc: SgmlDocument, where: str, read: Read) -> list[Page]:
-    if doc.kind == "html":
-        html = html_pages(doc.body, where)
+def _document_pages(kind: DocumentKind | SourceKind, body: bytes, where: str, read: Read) -> list[Page]:
+    """One readable document's pages; its dei facts and decoding flag go to ``read``."""
+    if kind == "html":
+        html = html_pages(body, where)
         for key, value in html.facts.items():
             read.facts.setdefault(key, value)
         return html.pages
-    if doc.kind == "pdf":
-        return [Page(text) for text in pdf_pages(uudecode(doc.body), where) if text.strip()]
-    text, cp1252 = plain_text(doc.body, where)
+    if kind == "pdf":  # uuencoded inside a submission
+        return [Page(text) for text in pdf_pages(uudecode(body), where) if text.strip()]
+    text, cp1252 = plain_text(body, where)
     if cp1252 and "decoded_cp1252" not in read.flags:
         read.flags.append("decoded_cp1252")
     return text_pages(text)
