@@ -61,6 +61,7 @@ RETENTION_24H = re.compile(r"^(gpt-5|gpt-4\.1)(-\d{4}-\d{2}-\d{2})?$")
 FLEX_TIMEOUT_S = 900.0  # flex requests may queue: a longer default timeout
 # The server counted under this share of the prompt tokens sent: part of the prompt was dropped.
 PROMPT_GAP_SHARE = 0.5
+PROBE_OUTPUT_TOKENS = 16  # a system-prompt probe's answer is not read; some servers refuse a cap under 16
 # An endpoint that is down: calls wait about as long as it has been down, within these bounds
 # (5 s, 10, 20, 40, 60, 60...; the task adds its jitter), and one probe per wait tries it.
 OUTAGE_WAIT_S = (5.0, 60.0)
@@ -364,6 +365,19 @@ class Gateway:
             },
         )
         return Completion(body["text"], call)
+
+    def prompt_counts(self, stage: Stage, model: str, system: str, user: str) -> tuple[int | None, int | None]:
+        """The server's own prompt-token counts for ``user`` with ``system`` before it, and alone
+        (None where it reports no usage): a server that reads the system prompt counts it in the
+        difference, whatever its tokenizer. Two short requests, each accounted."""
+        counts = []
+        for messages in (
+            [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            [{"role": "user", "content": user}],
+        ):
+            call = self.complete(messages, stage=stage, model=model, max_output_tokens=PROBE_OUTPUT_TOKENS).call
+            counts.append(None if call.cached else call.usage.prompt_tokens or None)
+        return counts[0], counts[1]
 
     def embed(self, texts: list[str], *, model: str, stage: Stage = "embeddings") -> list[list[float]]:
         tokens = sum(self.counter.count_many(texts))

@@ -86,6 +86,34 @@ class CallRecord(BaseModel):
     response_cache_saved_usd: Decimal = Decimal(0)
 
 
+class PromptCheck(BaseModel):
+    """Whether an endpoint's model reads the system prompt: the same user message sent with and
+    without it, compared by the server's own prompt-token counts (so its tokenizer does not matter)."""
+
+    endpoint: str
+    model: str
+    stages: list[Stage]
+    system_tokens: int  # the system prompt, as counted here
+    counted_with: int | None = None  # the server's prompt tokens with the system prompt
+    counted_without: int | None = None  # ... and without it
+    dropped: bool | None = None  # None: not checked (see error)
+    error: str | None = None
+
+    def text(self) -> str:
+        where = f"{self.model} at {self.endpoint} ({', '.join(self.stages)})"
+        if self.dropped is None:
+            return f"system prompt not checked for {where}: {self.error}"
+        counts = (
+            f"it counted {self.counted_with} prompt tokens with the system prompt and {self.counted_without} without"
+        )
+        if self.dropped:
+            return (
+                f"the server DROPS THE SYSTEM PROMPT for {where}: {counts}, where the system prompt is "
+                f"about {self.system_tokens}; its rankings follow the user message alone"
+            )
+        return f"system prompt read by {where}: {counts}"
+
+
 class Ranking(BaseModel):
     """Candidate indices, best first, with what had to be done to get them."""
 
@@ -349,4 +377,5 @@ class RunManifest(BaseModel):
     via: Literal["online", "batch"] = "online"  # how LLM requests are sent: one by one, or in Batch API files
     requeues: int = 0  # times missing jobs were enqueued again after the fleet went quiet
     counts: dict[str, int] = {}  # documents, chunks, invalid_rows, done, failed, pending
+    prompt_checks: list[PromptCheck] = []  # per endpoint and model, once when the run starts
     timings: dict[str, float] = {}  # plan_s, wall_s

@@ -716,6 +716,9 @@ def _print_summary(end: RunEnd) -> None:
     out.print(
         f"LLM: {total['calls']} calls ({total['cached_calls']} from the cache), {total['prompt_tokens']} prompt ({total.get('cached_tokens', 0)} cached at the provider) + {total['completion_tokens']} completion tokens, USD {usd_text(total)}"
     )
+    for check in manifest.prompt_checks:
+        if check.dropped is not False:
+            out.print(f"[bold red]warning:[/bold red] {check.text()}", highlight=False)
     if savings := cost.get("savings"):
         usd = savings["usd_saved_estimate"]
         saved = "no LLM document call in this run to price it by" if usd is None else f"about ${float(usd):.4f}"

@@ -58,6 +58,14 @@ def changes_text(c: dict) -> str:
     return text + ("" if c["same_config"] else "; the configuration changed, so every question is planned")
 
 
+def _prompt_warnings(manifest: RunManifest) -> list[str]:
+    """A model that drops the system prompt ranks blind to its instructions: said at the top."""
+    failing = [check for check in manifest.prompt_checks if check.dropped is not False]
+    if not failing:
+        return []
+    return ["", "## System prompt check", "", *(f"- **{check.text()}**" for check in failing)]
+
+
 def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) -> str:
     c = manifest.counts
     over = f"- question set over the corpus `{manifest.corpus}`" if manifest.corpus else None
@@ -75,6 +83,8 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         f"`{manifest.config.chunk_ranker}` ({manifest.config.chunk_prompt}); prompt layout "
         f"`{manifest.config.prompt_layout}`; wall time {manifest.timings.get('wall_s', 0):.1f} s",
         *([over] if over else []),
+        *[f"- {check.text()}" for check in manifest.prompt_checks if check.dropped is False],
+        *_prompt_warnings(manifest),
         "",
         "## Cost",
         "",

@@ -21,10 +21,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from prism.models import QuestionPlan, RunManifest, Usage
+from prism.models import PromptCheck, QuestionPlan, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
 from producer.plan import Plan, RunError, RunSpec, plan_run
+from producer.prompt_check import check_prompts
 from producer.questions import enqueue_questions, gather, question_changes
 from producer.state import RunState, cost_report, usd_text
 from workers import keys
@@ -159,6 +160,8 @@ class Runs:
         store = self.runtime.store(spec.results)
         driver = self._batch_driver(spec, store)
         manifest = manifest.model_copy(update={"owner": OWNER, "status": "planning"})
+        if not manifest.prompt_checks:
+            manifest = manifest.model_copy(update={"prompt_checks": self._check_prompts(spec)})
         put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
         spent = budget.exhausted if budget else (lambda: False)
         with embedded_worker(self.app, self.settings.embedded_workers) if self.settings.embedded else nullcontext():
@@ -234,6 +237,19 @@ class Runs:
             )
         plan.progress_base = base
         return plan
+
+    def _check_prompts(self, spec: RunSpec) -> list[PromptCheck]:
+        """Whether each endpoint's model reads the system prompt; said at once when one does not."""
+        if self.runtime.gateway is None:
+            return []
+        checks, calls = check_prompts(self.runtime.gateway, spec.config, spec.run_id)
+        self.ledger(spec.results).spent_by_run(
+            spec.run_id, calls, "the system-prompt check", "system-prompt-check", query_id="system-prompt-check"
+        )
+        for check in checks:
+            if check.dropped is not False:
+                self.console.print(f"[bold red]warning:[/bold red] {check.text()}", highlight=False)
+        return checks
 
     def _batch_driver(self, spec: RunSpec, store: Store) -> BatchDriver | None:
         """The producer submits and polls a batch-mode run's batches (its ids are in the run's

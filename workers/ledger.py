@@ -353,9 +353,22 @@ class Ledger:
 
     def spent(self, job: Job, calls: list[CallRecord], reason: str, name: str | None = None) -> None:
         """Calls no outcome holds (a second delivery's, a pre-filter's embeddings), kept so they are accounted."""
+        self.spent_by_run(job.run_id, calls, reason, name, job.task, job.query_id)
+
+    def spent_by_run(
+        self,
+        run_id: str,
+        calls: list[CallRecord],
+        reason: str,
+        name: str | None = None,
+        task: Task = "documents",
+        query_id: str = "",
+    ) -> None:
+        """Calls a run made outside its jobs (the producer's system-prompt check) or that no job's
+        outcome holds, kept so they are accounted."""
         if calls:
-            spent = Spent(run_id=job.run_id, task=job.task, query_id=job.query_id, reason=reason, calls=calls)
-            put_model(self.store, RunLayout(job.run_id).spent(name or uuid.uuid4().hex), spent)
+            spent = Spent(run_id=run_id, task=task, query_id=query_id, reason=reason, calls=calls)
+            put_model(self.store, RunLayout(run_id).spent(name or uuid.uuid4().hex), spent)
 
     def _spent(self, job: Job, calls: list[CallRecord], reason: str) -> None:
         log.warning("duplicate delivery", reason=reason)

@@ -79,3 +79,5 @@ def test_a_run_against_llamacpp_ranks_every_query_in_minutes(llamacpp_server, tm
     assert took < 600, f"the run took {took:.0f} s"
     assert cost["total"]["timeouts"] <= 2  # the caps keep generations short
     assert "unknown (" in report and "| $0.0000 |" not in report
+    (check,) = manifest["prompt_checks"]  # one server and one model for every stage
+    assert check["dropped"] is not None and ("DROPS THE SYSTEM PROMPT" in report) == check["dropped"]

@@ -16,6 +16,7 @@ from prism.pricing import PriceTable
 from prism.rankers import build_ranker
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare, rank_chunks
+from producer.prompt_check import check_prompts
 from producer.report import markdown
 from producer.state import CostSummary, RunState, cost_report
 from tests.conftest import DOC_DEV, PAGES, load
@@ -183,6 +184,22 @@ def test_a_dropped_system_prompt_is_flagged_on_the_call_and_in_the_report(fresh_
     assert "## Prompt-token gaps (1 calls)" in text and f"{call.prompt_token_gap} fewer than sent" in text
 
 
+def test_the_system_prompt_check_compares_the_servers_own_counts(fresh_simulator):
+    config = RunConfig(doc_ranker="llm", chunk_ranker="llm")
+    gw = gateway(fresh_simulator, max_attempts=1)
+    checks, calls = check_prompts(gw, config, "run-a")
+    (check,) = checks  # one endpoint and one model for every stage
+    assert check.dropped is False and check.stages == ["documents", "rerank", "segments"] and len(calls) == 2
+    assert check.counted_with - check.counted_without >= 0.9 * check.system_tokens
+    fresh_simulator.config.drops_system = True
+    (check,), _ = check_prompts(gw, config, "run-b")
+    assert check.dropped is True and check.counted_with == check.counted_without
+    assert "DROPS THE SYSTEM PROMPT" in check.text()
+    fresh_simulator.script("401")
+    (check,), calls = check_prompts(gw, config, "run-c")
+    assert check.dropped is None and "401" in check.error and calls[0].error is not None
+
+
 def test_an_unpriced_model_is_unknown_in_every_total_never_zero(fresh_simulator, tmp_path):
     gw = gateway(fresh_simulator)
     with recording() as unpriced:
@@ -250,7 +267,12 @@ def test_a_run_against_a_base_model_on_a_llamacpp_like_server_ranks_every_query(
     assert_ranked_by_llm_or_flagged_fallback(manifest, cost, tmp_path, "llamacpp-like")
     assert took < 120 and cost["total"]["timeouts"] == 0
     documents = cost["by_stage"]["documents"]
-    assert documents["prompt_token_gaps"] == documents["calls"] == 8  # 4 queries: runaway, retry, fallback
+    # 4 queries: runaway, retry, fallback; and the run's system-prompt check: with it (a gap), and without
+    assert documents["prompt_token_gaps"] == documents["calls"] - 1 == 9
+    (check,) = manifest["prompt_checks"]
+    assert check["dropped"] is True and check["stages"] == ["documents", "rerank", "segments"]
+    assert "DROPS THE SYSTEM PROMPT" in report.split("## Cost")[0]
+    assert [j["calls"] for j in cost["jobs"] if j["query_id"] == "system-prompt-check"] == [2]
     assert "## Prompt-token gaps" in report and "unknown (" in report
     assert "fallback" in report
 
