@@ -24,6 +24,7 @@ from _common import Fleet, document_lines, report
 from prism import prompts
 from prism.datasets import parse_row
 from prism.testing.simulator import Simulator, SimulatorConfig
+from producer.prompt_check import CHECK_NAME
 
 JOBS, WINDOW_S, TOKENS, REQUESTS, LATENCY_S = 600, 10.0, 50_000, 150, 0.5
 
@@ -96,7 +97,7 @@ def main() -> None:
         saturation=round(saturation, 4),
         per1000_429=round(1000 * throttled / max(answered, 1), 2),
         lost=lost,
-        duplicated=len(run["spent"]),
+        duplicated=sum(not key.endswith(f"/{CHECK_NAME}.json") for key in run["spent"]),  # jobs delivered twice
         failed=counts["failed"],
         naive_saturation=round(naive_saturation, 4),
         naive_per1000_429=round(1000 * naive_throttled / max(naive_answered, 1), 2),

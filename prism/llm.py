@@ -162,6 +162,17 @@ class BatchQueue(Protocol):
     def defer(self, key: str, stage: Stage, model: str, body: dict) -> bool: ...
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """What a request took from the limiter before it went; settled once it is answered."""
+
+    endpoint: str
+    model: str
+    tokens: int
+    prompt_key: str | None = None
+    id: str = ""  # the limiter's handle on it
+
+
 class Limiter(Protocol):
     """The provider's requests/min and tokens/min. ``acquire`` blocks a short while, or raises
     RateLimited when the wait would be long; ``settle`` swaps the reservation for the real use
@@ -169,32 +180,16 @@ class Limiter(Protocol):
     A ``prompt_key`` is a cached prefix: its first request warms the provider's cache before the
     others go, and its requests are paced under the provider's per-key rate."""
 
-    def acquire(self, endpoint: str, model: str, tokens: int, prompt_key: str | None = None) -> None: ...
+    def acquire(self, endpoint: str, model: str, tokens: int, prompt_key: str | None = None) -> Reservation: ...
 
-    def settle(
-        self,
-        endpoint: str,
-        model: str,
-        reserved: int,
-        used: int | None,
-        headers: Mapping[str, str],
-        prompt_key: str | None = None,
-    ) -> None: ...
+    def settle(self, reservation: Reservation, used: int | None, headers: Mapping[str, str]) -> None: ...
 
 
 class NoLimiter:
-    def acquire(self, endpoint: str, model: str, tokens: int, prompt_key: str | None = None) -> None:
-        return None
+    def acquire(self, endpoint: str, model: str, tokens: int, prompt_key: str | None = None) -> Reservation:
+        return Reservation(endpoint, model, tokens, prompt_key)
 
-    def settle(
-        self,
-        endpoint: str,
-        model: str,
-        reserved: int,
-        used: int | None,
-        headers: Mapping[str, str],
-        prompt_key: str | None = None,
-    ) -> None:
+    def settle(self, reservation: Reservation, used: int | None, headers: Mapping[str, str]) -> None:
         return None
 
 
@@ -446,7 +441,7 @@ class Gateway:
         trial = None
         try:
             trial = self._admit(endpoint)
-            response, headers, attempts, throttled, timeouts = self._call(
+            response, headers, reservation, attempts, throttled, timeouts = self._call(
                 endpoint, model, send, reserved, prompt_key, once=trial is not None
             )
         except Deferred:
@@ -483,7 +478,7 @@ class Gateway:
             self.circuit.closed(endpoint.key)
 
         usage = _usage(response)
-        self.limiter.settle(endpoint.key, model, reserved, usage.total_tokens if usage else None, headers, prompt_key)
+        self.limiter.settle(reservation, usage.total_tokens if usage else None, headers)
         # The tier that answered: a flex request may be served at another tier, and billed so.
         served = getattr(response, "service_tier", None)
         tier = "flex" if served == "flex" else "standard" if served else tier
@@ -545,7 +540,7 @@ class Gateway:
         def attempt():
             nonlocal attempts, throttled, timeouts, down_since
             attempts += 1
-            self.limiter.acquire(endpoint.key, model, reserved, prompt_key)
+            reservation = self.limiter.acquire(endpoint.key, model, reserved, prompt_key)
             try:
                 raw = send(client)
             except openai.OpenAIError as err:
@@ -553,11 +548,13 @@ class Gateway:
                 throttled += isinstance(err, openai.APIStatusError) and err.status_code == 429
                 if down_since is None and is_unavailable(err):
                     down_since = time.time()
-                # The provider's count is news even on a refusal; the reservation was not used.
+                # The provider's count is news even on a refusal. A refused request used nothing;
+                # one that timed out or broke may have been counted: its reservation stands.
+                refused = isinstance(err, openai.APIStatusError) and err.status_code < 500
                 headers = err.response.headers if isinstance(err, openai.APIStatusError) else {}
-                self.limiter.settle(endpoint.key, model, reserved, 0, headers, prompt_key)
+                self.limiter.settle(reservation, 0 if refused else None, headers)
                 raise
-            return raw.parse(), raw.headers
+            return raw.parse(), raw.headers, reservation
 
         def stop(state: RetryCallState) -> bool:
             return state.attempt_number >= self.policy.max_attempts or timeouts > self.policy.timeout_retries
@@ -567,13 +564,13 @@ class Gateway:
 
         retrying = Retrying(retry=retry_if_exception(retry), wait=self._wait, stop=stop, reraise=True)
         try:
-            response, headers = retrying(attempt)
+            response, headers, reservation = retrying(attempt)
         except openai.OpenAIError as err:
             counts = (("attempts", attempts), ("throttled", throttled), ("timeouts", timeouts))
             for name, value in (*counts, ("down_since", down_since or time.time())):
                 setattr(err, f"prism_{name}", value)  # read back where the failed call is recorded
             raise
-        return response, headers, attempts, throttled, timeouts
+        return response, headers, reservation, attempts, throttled, timeouts
 
     # -- the Batch API: the same requests, sent as files ---------------------------------------
 

@@ -10,6 +10,8 @@ from prism import prompts
 from prism.llm import PROMPT_GAP_SHARE, Deferred, Gateway, LlmError
 from prism.models import CallRecord, PromptCheck, RunConfig, Stage
 
+# Where the check's calls are kept in the run (as spent, outside any job), and under what query id.
+CHECK_NAME = "system-prompt-check"
 # The probe's user message: one per run, so no response cache answers it.
 PROBE_USER = "Run {run_id}: this request checks that the instructions above are read. Reply with OK."
 

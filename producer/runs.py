@@ -25,7 +25,7 @@ from prism.models import PromptCheck, QuestionPlan, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
 from producer.plan import Plan, RunError, RunSpec, plan_run
-from producer.prompt_check import check_prompts
+from producer.prompt_check import CHECK_NAME, check_prompts
 from producer.questions import enqueue_questions, gather, question_changes
 from producer.state import RunState, cost_report, usd_text
 from workers import keys
@@ -244,7 +244,7 @@ class Runs:
             return []
         checks, calls = check_prompts(self.runtime.gateway, spec.config, spec.run_id)
         self.ledger(spec.results).spent_by_run(
-            spec.run_id, calls, "the system-prompt check", "system-prompt-check", query_id="system-prompt-check"
+            spec.run_id, calls, "the system-prompt check", CHECK_NAME, query_id=CHECK_NAME
         )
         for check in checks:
             if check.dropped is not False:

@@ -22,8 +22,17 @@ def queue_lists(queue: str = QUEUE) -> list[str]:
 METRICS = "prism:metrics"
 METRICS_TTL_S = None  # counters for the life of the fleet
 
-# The fleet limiter's sliding windows (the `limits` library adds its own suffixes; windows expire).
+# The fleet limiter's sliding windows: a log and its sum per limit (they expire with the window).
 LIMITER_PREFIX = "prism:limits"
+
+
+def limiter_log(name: str, kind: str) -> str:
+    """``name``: "<endpoint>:<model>" or "prompt:<key>"; ``kind``: requests or tokens."""
+    return f"{LIMITER_PREFIX}:{name}:{kind}"
+
+
+def limiter_sum(name: str, kind: str) -> str:
+    return f"{LIMITER_PREFIX}:{name}:{kind}:sum"
 
 # The hot LLM response cache; entries expire after PRISM_CACHE_HOT_TTL_S.
 CACHE_PREFIX = "prism:cache:"

@@ -73,12 +73,7 @@ class Runtime:
     def limiter(self) -> FleetLimiter:
         s = self.settings
         return FleetLimiter(
-            s.shared_redis or "memory://",
-            s.llm_limits,
-            s.limiter_max_block_s,
-            s.limiter_headroom,
-            prompt_rpm=s.prompt_cache_rpm,
-            marks=self.redis,
+            self.redis, s.llm_limits, s.limiter_max_block_s, s.limiter_headroom, prompt_rpm=s.prompt_cache_rpm
         )
 
     @cached_property

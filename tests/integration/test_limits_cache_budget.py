@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 
 
 def limiter(redis_url, max_block_s=0.2, **limits):
-    return FleetLimiter(redis_url, {"m": ModelLimits(**limits)}, max_block_s=max_block_s)
+    client = redis.Redis.from_url(redis_url) if redis_url else None
+    return FleetLimiter(client, {"m": ModelLimits(**limits)}, max_block_s=max_block_s)
 
 
 def test_two_processes_share_one_requests_window(redis_url):
@@ -36,10 +37,10 @@ def test_two_processes_share_one_requests_window(redis_url):
 def test_tokens_are_reserved_then_settled_to_what_was_used(redis_url):
     endpoint = uuid.uuid4().hex
     a, b = limiter(redis_url, tokens="1000/minute"), limiter(redis_url, tokens="1000/minute")
-    a.acquire(endpoint, "m", 600)
+    reservation = a.acquire(endpoint, "m", 600)
     with pytest.raises(RateLimited):
         b.acquire(endpoint, "m", 600)
-    a.settle(endpoint, "m", reserved=600, used=200, headers={})  # 400 handed back
+    a.settle(reservation, used=200, headers={})  # 400 handed back
     b.acquire(endpoint, "m", 600)
     with pytest.raises(ValueError):  # one request above the whole limit can never pass
         b.acquire(endpoint, "m", 5000)
@@ -48,10 +49,36 @@ def test_tokens_are_reserved_then_settled_to_what_was_used(redis_url):
 def test_the_provider_headers_win_when_they_say_less_is_left(redis_url):
     endpoint = uuid.uuid4().hex
     a = limiter(redis_url, requests="100/minute", tokens="100000/minute")
-    a.acquire(endpoint, "m", 1000)
-    a.settle(endpoint, "m", 1000, 1000, {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-remaining-requests": "99"})
+    reservation = a.acquire(endpoint, "m", 1000)
+    a.settle(reservation, 1000, {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-remaining-requests": "99"})
     with pytest.raises(RateLimited):
         a.acquire(endpoint, "m", 10)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["redis", "in-process"])
+def test_a_window_frees_what_left_it_not_an_average_of_it(redis_url, shared):
+    """Traffic late in one window is still counted early in the next, as a provider counts it:
+    a sliding-window counter would spread it over the window and let requests through early."""
+    endpoint = uuid.uuid4().hex
+    a = limiter(redis_url if shared else None, max_block_s=0, tokens="1000/2 seconds")
+    first = a.acquire(endpoint, "m", 100)
+    time.sleep(1.5)
+    a.acquire(endpoint, "m", 800)  # late in the first window
+    time.sleep(0.6)  # the first entry has left; the second is 0.6 s old
+    a.settle(first, 10, {})  # settling an entry that has left changes nothing
+    a.acquire(endpoint, "m", 150)
+    with pytest.raises(RateLimited) as err:  # 800 + 150 + 100 > 1000 until the 800 leaves
+        a.acquire(endpoint, "m", 100)
+    assert 1.0 < err.value.retry_in < 1.6
+    late = a.acquire(endpoint, "m", 50)  # fits: 1000 exactly
+    a.settle(late, 120, {})  # an overrun always lands on its own entry
+    with pytest.raises(RateLimited):
+        a.acquire(endpoint, "m", 1)
+
+
+def test_rates_are_checked_when_settings_are_read():
+    with pytest.raises(ValueError, match="not a rate"):
+        ModelLimits(tokens="200k a minute")
 
 
 def test_a_short_wait_blocks_instead_of_deferring(redis_url):
@@ -97,17 +124,17 @@ def test_a_prompt_key_is_warmed_by_one_request_before_the_others_go_then_paced(r
     client = redis.Redis.from_url(redis_url)
 
     def fleet_limiter() -> FleetLimiter:
-        return FleetLimiter(redis_url, {}, max_block_s=0.3, prompt_rpm=3, marks=client)
+        return FleetLimiter(client, {}, max_block_s=0.3, prompt_rpm=3)
 
     a, b = fleet_limiter(), fleet_limiter()  # two worker processes
     key, endpoint = f"prism-{uuid.uuid4().hex[:12]}", "e"
-    a.acquire(endpoint, "m", 10, key)  # the warm-up
+    warmup = a.acquire(endpoint, "m", 10, key)  # the warm-up
     with pytest.raises(RateLimited, match="warming"):
         b.acquire(endpoint, "m", 10, key)  # held by a: b steps aside
-    a.settle(endpoint, "m", 10, 0, {}, key)  # refused: the claim is let go, the key not warm
+    a.settle(warmup, 0, {})  # refused: the claim is let go, the key not warm
     assert not client.exists(keys.prompt_warm(key)) and not client.exists(keys.prompt_warming(key))
-    b.acquire(endpoint, "m", 10, key)  # b warms it now
-    b.settle(endpoint, "m", 10, 1200, {}, key)
+    warmup = b.acquire(endpoint, "m", 10, key)  # b warms it now
+    b.settle(warmup, 1200, {})
     assert client.exists(keys.prompt_warm(key))
     a.acquire(endpoint, "m", 10, key)  # warm: goes at once; the third request of the key this minute
     with pytest.raises(RateLimited, match="per-prompt rate"):
