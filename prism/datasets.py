@@ -7,11 +7,11 @@ Two row formats, one query per line:
 - native: ``{"id", "question", "candidates": [...], "task"?, "qrel"?, "answer"?}``.
 
 What :func:`read_input` and :func:`read_queries` yield, line by line:
-- a :class:`RowWarning` for each thing in a line that is read past but not used (an unknown key,
-  an empty candidate, an empty answer); the warnings of a line come before its query or error;
+- a :class:`RowWarning` for each thing in a line that is read past but not used (an empty
+  candidate, an empty answer); the warnings of a line come before its query or error;
 - then a :class:`Query`, or a :class:`RowError` naming the line and the field when the line cannot
   be used (bad UTF-8, bad JSON, nesting deeper than :data:`MAX_DEPTH`, a non-finite number, a
-  duplicate key, any field of the wrong type or value). Nothing is coerced: ids are used exactly
+  duplicate key, an unknown key, any field of the wrong type or value). Nothing is coerced: ids are used exactly
   as given, grades must be JSON integers, ``null`` stands for an optional field left out.
 A file that cannot be opened or read to its end raises one :class:`InputFileError`, after the
 lines before the failure have been yielded.
@@ -327,7 +327,7 @@ def _finagentbench_row(row: dict, line: int, warnings: list[RowWarning]) -> Quer
     query_id = _row_id(row, line, "uuid" if row.get("uuid") is not None else "_id")
     if row.get("uuid") is not None and row.get("_id") is not None and row["_id"] != query_id:
         raise RowError(line, "_id", f"differs from 'uuid' ({query_id!r}); give the row one id", query_id)
-    _unknown_keys(row, FINAGENTBENCH_KEYS, line, query_id, warnings)
+    check_keys(row, FINAGENTBENCH_KEYS, line, query_id)
     messages = row["messages"]
     if not isinstance(messages, list) or not messages:
         raise RowError(line, "messages", f"expected a non-empty list of messages, got {_kind(messages)}", query_id)
@@ -356,7 +356,7 @@ def _finagentbench_row(row: dict, line: int, warnings: list[RowWarning]) -> Quer
 
 def _native_row(row: dict, line: int, warnings: list[RowWarning]) -> Query:
     query_id = _row_id(row, line, "id")
-    _unknown_keys(row, NATIVE_KEYS, line, query_id, warnings)
+    check_keys(row, NATIVE_KEYS, line, query_id)
     question = row.get("question")
     if not isinstance(question, str) or not question.strip():
         got = "only whitespace" if isinstance(question, str) else _kind(question)
@@ -393,14 +393,16 @@ def _task(row: dict, line: int, query_id: str) -> Task:
     return cast(Task, task)
 
 
-def _unknown_keys(row: dict, known: frozenset[str], line: int, query_id: str, warnings: list[RowWarning]) -> None:
-    lowered = {k.lower(): k for k in known}
-    for key in row:
-        if key in known:
-            continue
-        guess = lowered.get(key.lower()) or next(iter(difflib.get_close_matches(key, sorted(known), 1, 0.75)), None)
-        hint = f" (did you mean '{guess}'?)" if guess else ""
-        warnings.append(RowWarning(line, key, f"unknown key, ignored{hint}", query_id))
+def check_keys(row: dict, known: frozenset[str], line: int, query_id: str | None, prefix: str = "") -> None:
+    """An unknown key fails its line, rows and question sets alike: every key of a line steers
+    what is ranked or judged, so a misspelled one ("qrels" for "qrel", "scop") is not run past."""
+    unknown = [key for key in row if key not in known]
+    if not unknown:
+        return
+    key, lowered = unknown[0], {k.lower(): k for k in known}
+    guess = lowered.get(key.lower()) or next(iter(difflib.get_close_matches(key, sorted(known), 1, 0.75)), None)
+    hint = f"did you mean '{guess}'?" if guess else f"expected one of {', '.join(sorted(known))}"
+    raise RowError(line, prefix + key, f"unknown key ({hint})", query_id)
 
 
 def _query(

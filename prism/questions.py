@@ -15,7 +15,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prism.datasets import RowError, _kind, _load_json, iter_lines
+from prism.datasets import RowError, _kind, _load_json, check_keys, iter_lines
 from prism.ingest.meta import form_type
 from prism.models import FILING_TYPES
 
@@ -108,7 +108,7 @@ def parse_question(raw: bytes | str, line: int) -> Question:
         raise RowError(line, "(row)", f"expected a JSON object, got {_kind(row)}")
     qid = row.get("id")
     known = qid if isinstance(qid, str) else None
-    _no_unknown(row, QUESTION_KEYS, line, "", known)
+    check_keys(row, QUESTION_KEYS, line, known, "")
     if not isinstance(qid, str) or not qid.strip():
         raise RowError(line, "id", f"expected a non-empty string, got {_kind(qid)}")
     text = row.get("question")
@@ -127,18 +127,12 @@ def parse_question(raw: bytes | str, line: int) -> Question:
     )
 
 
-def _no_unknown(row: dict, allowed: frozenset[str], line: int, prefix: str, qid: str | None) -> None:
-    unknown = sorted(set(row) - allowed)
-    if unknown:
-        raise RowError(line, prefix + unknown[0], f"unknown key (expected one of {', '.join(sorted(allowed))})", qid)
-
-
 def _scope(value: Any, line: int, qid: str) -> Scope:
     if value is None:
         return Scope()
     if not isinstance(value, dict):
         raise RowError(line, "scope", f"expected an object, got {_kind(value)}", qid)
-    _no_unknown(value, SCOPE_KEYS, line, "scope.", qid)
+    check_keys(value, SCOPE_KEYS, line, qid, "scope.")
     company, period, forms = value.get("company"), value.get("period"), value.get("form_types")
     if company is not None and (not isinstance(company, str) or not company.strip()):
         raise RowError(line, "scope.company", f"expected a non-empty string, got {_kind(company)}", qid)
@@ -175,7 +169,7 @@ def _qrels(value: Any, line: int, qid: str) -> tuple[EvidenceQrel, ...]:
         where = f"qrels[{i}]"
         if not isinstance(item, dict):
             raise RowError(line, where, f"expected an object, got {_kind(item)}", qid)
-        _no_unknown(item, QREL_KEYS, line, f"{where}.", qid)
+        check_keys(item, QREL_KEYS, line, qid, f"{where}.")
         filing, page, chunk, grade = (item.get(k) for k in ("filing", "page", "chunk", "grade"))
         if not isinstance(filing, str) or not filing.strip():
             raise RowError(line, f"{where}.filing", f"expected a non-empty string, got {_kind(filing)}", qid)

@@ -76,8 +76,8 @@ def test_nesting_is_bounded(tmp_path):
     def nested(depth: int) -> bytes:  # the row itself is the first level
         return native(extra=json.loads("[" * (depth - 1) + "]" * (depth - 1)))
 
-    items = read(tmp_path, nested(MAX_DEPTH))
-    assert [type(i) for i in items] == [RowWarning, Query]  # the unknown key 'extra'
+    (item,) = read(tmp_path, nested(MAX_DEPTH))
+    assert isinstance(item, RowError) and item.field == "extra"  # read at that depth; its key is unknown
     error = the_error_between_good_lines(tmp_path, nested(MAX_DEPTH + 1))
     assert error.field == "(row)" and error.message == f"nested {MAX_DEPTH + 1} levels deep; at most 64 are allowed"
     huge = b'{"id": "a", "x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
@@ -164,21 +164,22 @@ def test_optional_fields_may_be_null_and_a_task_may_be_given(tmp_path):
     assert isinstance(query, Query) and query.qrel == {} and query.question == " What? "
 
 
-def test_unknown_keys_are_warnings_before_the_query_naming_the_likely_key(tmp_path):
-    items = read(tmp_path, native(qrels={"1": 1}, Qrel={"0": 1}, colour="blue"), good("last"))
-    assert [type(i) for i in items] == [RowWarning, RowWarning, RowWarning, Query, Query]
-    assert [(w.line, w.field, w.message, w.query_id) for w in items[:3]] == [
-        (1, "qrels", "unknown key, ignored (did you mean 'qrel'?)", "bad"),
-        (1, "Qrel", "unknown key, ignored (did you mean 'qrel'?)", "bad"),
-        (1, "colour", "unknown key, ignored", "bad"),
+def test_an_unknown_key_fails_its_line_naming_the_likely_key_and_the_rest_runs(tmp_path):
+    items = read(tmp_path, native(qrels={"1": 1}), native(Qrel={"0": 1}), native(colour="blue"), good("last"))
+    assert [type(i) for i in items] == [RowError, RowError, RowError, Query]
+    assert [(e.line, e.field, e.query_id) for e in items[:3]] == [
+        (1, "qrels", "bad"),
+        (2, "Qrel", "bad"),
+        (3, "colour", "bad"),
     ]
-    assert str(items[0]) == "line 1, field 'qrels': unknown key, ignored (did you mean 'qrel'?)"
-    assert isinstance(items[3], Query) and items[3].qrel is None  # reported, never guessed
+    assert str(items[0]) == "line 1, field 'qrels': unknown key (did you mean 'qrel'?)"
+    assert items[1].message == "unknown key (did you mean 'qrel'?)"
+    assert items[2].message.startswith("unknown key (expected one of ") and "'" not in items[2].message
 
 
-def test_a_bad_rows_warnings_come_before_its_error(tmp_path):
+def test_a_misspelled_key_is_the_lines_error_before_the_missing_field_it_stood_for(tmp_path):
     items = read(tmp_path, native(candidate=["x"], candidates=...))
-    assert [(type(i), i.field) for i in items] == [(RowWarning, "candidate"), (RowError, "candidates")]
+    assert [(type(i), i.field) for i in items] == [(RowError, "candidate")]
     assert "did you mean 'candidates'?" in items[0].message
 
 
