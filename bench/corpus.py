@@ -20,6 +20,8 @@ SOURCE.md); the question set gives 1-based pages, as a PDF viewer shows them.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
 import tempfile
@@ -51,6 +53,23 @@ def question_set(path: Path) -> int:
             }
             out.write(json.dumps(record) + "\n")
     return len(rows)
+
+
+def event_questions(plan: list[dict], evidence_csv: bytes, corpus: Corpus) -> dict[str, int]:
+    """The questions whose evidence is in a current report (an 8-K) or an earnings release (its
+    exhibit), how many searched that filing, and how many ranked it first."""
+    forms = {fid: entry.meta.form_type for fid, entry in corpus.manifest().filings.items()}
+    first: dict[str, str] = {}
+    for row in csv.DictReader(io.StringIO(evidence_csv.decode())):
+        first.setdefault(row["question_id"], row["filing_id"])
+    wanted = {q["question_id"]: {r["filing"] for r in q["qrels"]} for q in plan}
+    events = [q for q in plan if any(forms.get(f) in ("8-K", "Earnings") for f in wanted[q["question_id"]])]
+    searched = [q for q in events if wanted[q["question_id"]] & {f["filing"] for f in q["filings"]}]
+    return {
+        "event_questions": len(events),
+        "event_searched": len(searched),
+        "event_top1": sum(first.get(q["question_id"]) in wanted[q["question_id"]] for q in events),
+    }
 
 
 def oracle_fleet(questions: Path, work: Path) -> dict:
@@ -128,6 +147,7 @@ def main() -> None:
         in_corpus = set(Corpus(corpus_store).manifest().filings)
         missing = [q for q in plan if not {r["filing"] for r in q["qrels"]} & in_corpus]
         missing_no_filing = sum(1 for q in missing if not q["filings"])
+        events = event_questions(plan, results.get(f"runs/{spec.run_id}/evidence.csv"), Corpus(corpus_store))
         run_bytes = sum(len(results.get(k)) for k in results.keys(f"runs/{spec.run_id}/"))
         _, row_bytes = row_layout_bytes(TokenCounter())
         report(
@@ -156,6 +176,7 @@ def main() -> None:
             filings=summary.ingested,
             questions=questions,
             filing_top1=m["filing_top1"],
+            **events,
             evidence_recall5=m["evidence_recall@5"],
             evidence_ndcg5=m["evidence_ndcg@5"],
             **oracle,

@@ -5,6 +5,10 @@ lets questions share a filing segment's prefix. One figure per tier, with and wi
 The pools are priced as chunks spread evenly over the filing, level by level as the strategy
 goes; retries and fallbacks are not counted, and every document
 query is priced as an LLM call (a cascade sends fewer).
+
+A query is a benchmark row (a :class:`Query`), or a chunk query already prepared as the fleet
+ranks it (a :class:`ChunkInput` with its question: a question-set pair over a corpus filing's
+stored input, whose token counts are read, not counted again).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from prism.llm import CACHE_MIN_TOKENS, prefix_id
 from prism.models import Query, RunConfig, Stage, Usage
 from prism.pricing import PriceTable
 from prism.segmenting import TokenCounter, plan_segments
-from prism.strategies.chunks import MAX_LEVELS, first_level, prepare
+from prism.strategies.chunks import MAX_LEVELS, ChunkInput, first_level, prepare
 
 BLOCK_TOKENS = 128  # cached prefixes are read in steps of this many tokens
 
@@ -35,13 +39,14 @@ class StageEstimate(BaseModel):
 class Estimate(BaseModel):
     queries: int
     layout: str
+    segments: int = 0  # first-level segments of the chunk queries (one a query for a $0 ranker)
     stages: dict[str, StageEstimate]
     usd: dict[str, str]  # per tier (standard, flex, batch), and with the cache ("flex_cached", ...)
     unpriced_models: list[str] = []
 
 
 def estimate(
-    queries: Iterable[Query],
+    queries: Iterable[Query | ChunkInput],
     config: RunConfig,
     prices: PriceTable,
     expected_output: dict[Stage, int],
@@ -73,27 +78,32 @@ def estimate(
             s.cached_tokens += max(0, prompt - tail) // BLOCK_TOKENS * BLOCK_TOKENS
         seen.add(key)
 
-    count = 0
+    count = first_segments = 0
     for q in queries:
         count += 1
-        if q.task == "documents":
+        if isinstance(q, Query) and q.task == "documents":
             if config.uses_llm("documents"):
                 call("documents", q.question, list(q.candidates), config.top_n, "documents")
             continue
         if not config.uses_llm("chunks"):
+            first_segments += 1  # a $0 ranker reads the filing in one segment
             continue
-        data = prepare(
-            q.question,
-            q.candidates,
-            counter,
-            config.segment_tokens,
-            config.prefilter_keep,
-            config.dense,
-            share=config.prefilter_share,
-        )
+        if isinstance(q, ChunkInput):
+            data = q
+        else:
+            data = prepare(
+                q.question,
+                q.candidates,
+                counter,
+                config.segment_tokens,
+                config.prefilter_keep,
+                config.dense,
+                share=config.prefilter_share,
+            )
         level = first_level(data.costs, config.top_n, config.segment_top_k, config.segment_tokens)
+        first_segments += len(level.segments)
         for segment in level.segments:
-            call("segments", q.question, [data.chunks[i] for i in segment], level.k, "chunks")
+            call("segments", data.question, [data.chunks[i] for i in segment], level.k, "chunks")
         if len(level.segments) == 1:
             continue
         # Which chunks win is not known before the calls: price pools of chunks spread evenly
@@ -105,12 +115,12 @@ def estimate(
             pool = sorted({j * n // wins for j in range(min(wins, n))})
             if sum(data.costs[i] for i in pool) <= config.segment_tokens or depth >= MAX_LEVELS:
                 texts = [data.chunks[i] for i in within_budget(pool, data.costs, config.segment_tokens)]
-                call("rerank", q.question, texts, config.top_n, "chunks", shared=False)
+                call("rerank", data.question, texts, config.top_n, "chunks", shared=False)
                 break
             segments = plan_segments(pool, data.costs, config.segment_tokens)
             k = max(config.top_n, min(config.segment_top_k, len(pool) // (2 * len(segments))))
             for segment in segments:
-                call("segments", q.question, [data.chunks[i] for i in segment], k, "chunks", shared=False)
+                call("segments", data.question, [data.chunks[i] for i in segment], k, "chunks", shared=False)
             wins, depth = k * len(segments), depth + 1
     usd: dict[str, Decimal] = {}
     unpriced: set[str] = set()
@@ -131,6 +141,7 @@ def estimate(
     return Estimate(
         queries=count,
         layout=config.prompt_layout,
+        segments=first_segments,
         stages=dict(sorted(stages.items())),
         usd={k: str(v) for k, v in usd.items()},
         unpriced_models=sorted(unpriced),

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Literal
 
 from prism.ingest.models import FilingMeta
 
@@ -59,6 +60,7 @@ class Period:
     years: tuple[int, ...] = ()  # every year the question names, in order
     source: str = "question"  # "question", "scope" or "none" (nothing named: the latest)
     date: date | None = None  # a full date the question names: the filing dated just after it fits best
+    outlook: bool = False  # asked what was expected of the year: the year before's filings made the forecast
 
     @property
     def latest(self) -> bool:
@@ -86,6 +88,10 @@ def parse_period(text: str) -> Period:
     return Period(year=y, quarter=int(q or q2), years=(y,), source="scope")
 
 
+# A question about what was expected of a year ("forecasting for FY2023", "expected to accelerate in FY2023").
+_OUTLOOK = re.compile(r"\b(expect(?:s|ed|ing)?|forecast\w*|outlook|guidance|project(?:ed|ions?)|anticipat\w*)\b", re.I)
+
+
 def resolve_period(question: str, scope_period: str | None = None) -> Period:
     """The scope's period when it gives one, else the one the question names, else the latest."""
     if scope_period is not None:
@@ -106,7 +112,13 @@ def resolve_period(question: str, scope_period: str | None = None) -> Period:
         return Period(source="none", date=_question_date(question))
     latest = max((marked or years) + ([quarter[0]] if quarter else []))
     q_of_latest = quarter[1] if quarter and quarter[0] == latest else None
-    return Period(year=latest, quarter=q_of_latest, years=tuple(dict.fromkeys(years)), date=_question_date(question))
+    return Period(
+        year=latest,
+        quarter=q_of_latest,
+        years=tuple(dict.fromkeys(years)),
+        date=_question_date(question),
+        outlook=q_of_latest is None and bool(_OUTLOOK.search(question)),
+    )
 
 
 def _question_date(question: str) -> date | None:
@@ -163,6 +175,8 @@ def period_fit(period: Period, meta: FilingMeta) -> float:
     if year == period.year:
         # a fourth quarter's release reports the whole year too
         return 1.0 if meta.fiscal_quarter in (None, 4) or meta.form_type == "10-K" else 0.7
+    if period.outlook and year == period.year - 1:
+        return 1.0  # the forecast for a year is in the filings of the year before
     if year == period.year + 1:
         return 0.3  # next year's annual filing reports this year as the comparative
     if year == period.year + 2 and meta.form_type == "10-K":
@@ -173,6 +187,15 @@ def period_fit(period: Period, meta: FilingMeta) -> float:
 def _recency(meta: FilingMeta) -> tuple[int, int, date]:
     # A quarter's filing comes after the annual filing of the year before; an annual report after the year's quarters.
     return (filing_year(meta) or 0, meta.fiscal_quarter or 5, filing_date(meta) or date.min)
+
+
+# --filings auto: a question is searched in the next filings too while their score is this close
+# to the best's: a form type that ranks level with the best (an event question's 8-K beside the
+# 10-K), or the same type a few filings back when no period is named. A period's fit weighs 2, a
+# form type's score 1 and recency 0.5 at most, so a filing for another period never comes close.
+AUTO_MARGIN = 0.25
+AUTO_MAX = 3
+FilingsPerQuestion = int | Literal["auto"]
 
 
 @dataclass(frozen=True)
@@ -188,11 +211,12 @@ def choose_filings(
     period: Period,
     form_scores: Mapping[str, float],
     filings: Sequence[tuple[str, FilingMeta]],
-    top_f: int = 1,
+    top_f: FilingsPerQuestion = 1,
     form_types: Sequence[str] = (),
 ) -> list[Choice]:
     """The best ``top_f`` filings: by period fit, then the filing type's score from document
-    ranking (scaled to 0..1 over the types), then recency. ``form_types`` restricts the types;
+    ranking (scaled to 0..1 over the types), then recency; ``"auto"``: the best and the next
+    ones (up to AUTO_MAX) scored within AUTO_MARGIN of it. ``form_types`` restricts the types;
     a named period leaves out filings that do not report it (none left: an empty list)."""
     pool = [(fid, meta) for fid, meta in filings if not form_types or meta.form_type in form_types]
     if period.year is not None:  # a period named: only filings that report it are in scope
@@ -216,4 +240,6 @@ def choose_filings(
         reason = f"period {period.label()} fit {fit:.1f}, {meta.form_type or 'unknown form'} score {kind:.2f}"
         scored.append(Choice(fid, round(score, 4), fit, round(kind, 4), reason))
     scored.sort(key=lambda c: (-c.score, c.filing_id))
+    if top_f == "auto":
+        return [c for c in scored[:AUTO_MAX] if c.score >= scored[0].score - AUTO_MARGIN]
     return scored[:top_f]

@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import platform
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,34 @@ FEATURES = {
     "chars": {"analyzer": "char_wb", "ngram_range": (3, 5), "sublinear_tf": True, "min_df": 3},
 }
 GRID = [(features, alpha) for features in (("words",), ("words", "chars")) for alpha in (1.0, 2.0, 3.0, 5.0)]
+
+
+# An event is reported when it happens, in a current report (an 8-K, its press-release exhibit),
+# which the prior, learned mostly from questions about periods, ranks low. Words that name one:
+EVENT = re.compile(
+    r"\b(8-?k|current report|item [1-9]\.\d\d|appoint\w*|resign\w*|retire[sd]?|retirement|hired|"
+    r"new (?:ceo|cfo|coo|chief|president|chair\w*)|succe(?:ed|eds|eded|ssor)|vot(?:e|es|ed|ing)|nominees?|"
+    r"ratif\w*|(?:annual|special) meeting|agm|elected|acquisitions?|acquired?|merger|merged?|divest\w*|"
+    r"spin-?off|separation|tender offer|(?:credit|revolving|loan|merger|purchase) agreement|entered into|"
+    r"announce[sd]?|announcement|press release|news release)\b",
+    re.IGNORECASE,
+)
+# ... and words for what a company announces in its earnings release: results, non-GAAP measures, guidance.
+RELEASE = re.compile(
+    r"\b(press release|news release|earnings release|guidance|announce[sd]?|adjusted|non-gaap)\b", re.IGNORECASE
+)
+
+
+def event_forms(question: str, scores: dict[str, float]) -> dict[str, float]:
+    """An event question ranks the 8-K level with the best type (a results announcement the
+    earnings release too), so the filing choice weighs it by the period's fit like the others
+    instead of never reaching it."""
+    top, raised = max(scores.values(), default=0.0), dict(scores)
+    if EVENT.search(question) and "8-K" in raised:
+        raised["8-K"] = top
+    if RELEASE.search(question) and "Earnings" in raised:
+        raised["Earnings"] = top
+    return raised
 
 
 class PriorModelError(ValueError):
@@ -66,6 +95,12 @@ class DocPrior:
 
         features = hstack([self.vectorizers[n].transform(questions) for n in self.meta["features"]]).tocsr()
         return np.asarray(features @ self.coef.T) + self.intercept
+
+    def form_scores(self, question: str) -> dict[str, float]:
+        """Each filing type's predicted grade for a question, current reports raised for an event
+        question (``event_forms``): what planning chooses filings by."""
+        scores = {f: float(v) for f, v in zip(FILING_TYPES, self.predict([question])[0], strict=True)}
+        return event_forms(question, scores)
 
     def confidence(self, predicted: np.ndarray) -> np.ndarray:
         """Expected NDCG@5 of the prior's ranking, per row of predicted grades."""

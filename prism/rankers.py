@@ -108,6 +108,21 @@ class CascadeRanker:
         return ranking.model_copy(update={"answered_by": "llm", "notes": [note, *ranking.notes]})
 
 
+def cascade_threshold(config: RunConfig, prior: DocPrior) -> float:
+    """The prior's confidence below which a cascade asks the LLM: the run's, else the model's own."""
+    return config.cascade_threshold if config.cascade_threshold is not None else prior.threshold
+
+
+def asks_llm(config: RunConfig, prior: DocPrior, question: str) -> bool:
+    """Whether ranking a question's filing types calls the LLM: never for a $0 ranker, for a
+    cascade only where the prior's confidence is under its threshold, else always."""
+    if not config.uses_llm("documents"):
+        return False
+    if config.doc_ranker != "cascade":
+        return True
+    return float(prior.confidence(prior.predict([question])[0])[0]) < cascade_threshold(config, prior)
+
+
 class FuseRanker:
     """Weighted reciprocal-rank fusion of the prior's and the LLM's rankings."""
 
@@ -185,8 +200,7 @@ def build_ranker(
         shots,
     )
     if kind == "cascade" and prior is not None:
-        threshold = config.cascade_threshold if config.cascade_threshold is not None else prior.threshold
-        return CascadeRanker(prior, llm, threshold)
+        return CascadeRanker(prior, llm, cascade_threshold(config, prior))
     if kind == "fuse" and prior is not None:
         return FuseRanker(prior, llm, config.fuse_weights)
     return llm

@@ -118,8 +118,12 @@ def run(
         str | None, typer.Option("--corpus", help="The corpus (prism ingest) the question set runs over.")
     ] = None,
     filings: Annotated[
-        int | None,
-        typer.Option("--filings", min=1, help="Top-F filings ranked per question (PRISM_FILINGS_PER_QUESTION)."),
+        str | None,
+        typer.Option(
+            "--filings",
+            help="Filings ranked per question: a number, or auto (the best and those scored close to it; "
+            "PRISM_FILINGS_PER_QUESTION).",
+        ),
     ] = None,
     new: Annotated[
         bool,
@@ -194,7 +198,9 @@ def run(
 
 @app.command()
 def estimate(
-    input: Annotated[str, typer.Argument(help="A local JSONL input file (plain or gzipped).")],
+    input: Annotated[
+        str | None, typer.Argument(help="A local JSONL rows file (plain or gzipped); or --questions Q --corpus C.")
+    ] = None,
     doc_ranker: DocRankerOpt = None,
     chunk_ranker: ChunkRankerOpt = None,
     limit: LimitOpt = None,
@@ -210,28 +216,80 @@ def estimate(
             min=0, help="Reasoning tokens expected per prompt token on top of that (PRISM's runs: about 0.18)."
         ),
     ] = 0.0,
+    questions: Annotated[
+        str | None, typer.Option("--questions", help="A question set (JSONL) to price over --corpus, instead of INPUT.")
+    ] = None,
+    corpus: Annotated[
+        str | None, typer.Option("--corpus", help="The corpus (prism ingest) the question set runs over.")
+    ] = None,
+    filings: Annotated[
+        str | None,
+        typer.Option(
+            "--filings",
+            help="Filings ranked per question: a number, or auto (the best and those scored close to it; "
+            "PRISM_FILINGS_PER_QUESTION).",
+        ),
+    ] = None,
 ) -> None:
-    """USD of a run over INPUT before any call, per tier, with and without the provider's cache."""
-    from prism.datasets import load_queries
-    from prism.estimate import estimate as run_estimate
-    from prism.pricing import PriceTable
+    """USD of a run over INPUT, or of a question set over a corpus, before any call: per tier,
+    with and without the provider's cache. Nothing is written and no LLM is called."""
+    from producer.estimate import estimate_questions, read_rows
 
-    settings = _settings({"doc_ranker": doc_ranker, "chunk_ranker": chunk_ranker})
-    if not Path(input).is_file():
-        raise RunError(f"{input}: no such local file")
+    if (questions is None) != (corpus is None):
+        raise RunError("--questions and --corpus go together: a question set is priced over a corpus")
+    if questions is not None and input is not None:
+        raise RunError(f"{input}: give INPUT or --questions, not both")
+    if questions is None and input is None:
+        raise RunError("give a rows file (INPUT), or a question set over a corpus (--questions Q --corpus C)")
+    settings = _settings({"doc_ranker": doc_ranker, "chunk_ranker": chunk_ranker, "filings_per_question": filings})
     config = settings.run_config()
     expected = output_tokens if output_tokens is not None else settings.llm_expected_output_tokens
     outputs = {s: min(expected, config.output_cap(s) or expected) for s in config.models}
-    result = run_estimate(
-        load_queries(input, limit),
-        config,
-        PriceTable.load(settings.prices_file),
-        outputs,
-        settings.prompt_cache_key,
-        reasoning_share=reasoning_share,
-    )
     out = Console(soft_wrap=True)
-    out.print(f"{result.queries} queries, layout {result.layout}, {expected} output tokens expected per request")
+    if questions is not None:
+        assert corpus is not None
+        found = estimate_questions(questions, corpus, settings, config, outputs, reasoning_share, limit)
+        result = found.estimate
+        bad = f" ({_count(len(found.bad_lines), 'bad line')}, not priced)" if found.bad_lines else ""
+        out.print(
+            f"{_count(found.questions, 'question')} read from {questions}{bad}, {len(found.no_filing)} with no filing "
+            f"in scope; {_count(found.pairs, 'filing')} chosen (pairs, --filings {settings.filings_per_question}), "
+            f"{_count(result.segments, 'segment')}; {_count(found.document_calls, 'document ranking call')} "
+            f"({config.doc_ranker})",
+            highlight=False,
+        )
+        for line in found.bad_lines[:SAID_LINES] + found.no_filing[:SAID_LINES]:
+            out.print(f"  {line}", highlight=False)
+        if max(len(found.bad_lines), len(found.no_filing)) > SAID_LINES:
+            out.print(f"  (the first {SAID_LINES} of each)", highlight=False)
+        if config.doc_ranker != "prior":
+            out.print(
+                f"filings chosen by the document prior's form scores: where the period does not settle the "
+                f"choice, the {config.doc_ranker} ranking of the run may choose others",
+                highlight=False,
+            )
+        out.print(f"layout {result.layout}, {expected} output tokens expected per request")
+    else:
+        assert input is not None
+        if not Path(input).is_file():
+            raise RunError(f"{input}: no such local file")
+        from prism.estimate import estimate as run_estimate
+        from prism.pricing import PriceTable
+
+        queries, bad_rows = read_rows(input, limit)
+        result = run_estimate(
+            queries,
+            config,
+            PriceTable.load(settings.prices_file),
+            outputs,
+            settings.prompt_cache_key,
+            reasoning_share=reasoning_share,
+        )
+        out.print(f"{result.queries} queries, layout {result.layout}, {expected} output tokens expected per request")
+        if bad_rows:
+            out.print(
+                f"[yellow]{len(bad_rows)} bad lines, not priced; the first: {bad_rows[0]}[/yellow]", highlight=False
+            )
     for stage, s in result.stages.items():
         out.print(
             f"{stage}: {s.calls} calls, {s.prompt_tokens} prompt tokens ({s.cached_tokens} cacheable), {s.completion_tokens} output"
@@ -244,6 +302,13 @@ def estimate(
     )
     if result.unpriced_models:
         out.print(f"[yellow]no price for {', '.join(result.unpriced_models)}: left out of the USD figures[/yellow]")
+
+
+SAID_LINES = 5  # bad lines and questions with no filing an estimate names; the rest are counted
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 @app.command()

@@ -12,12 +12,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Iterator
 
 from prism.ingest.models import Filing
 from prism.lexical import passage
 from prism.metrics import ndcg_at
-from prism.periods import filing_date
+from prism.periods import AUTO_MARGIN, filing_date
 from producer.state import RunState
 from workers.corpus import Corpus
 from workers.store import Store
@@ -38,7 +39,7 @@ COLUMNS = (
     "section",
     "heading",
     "chunk_id",
-    "score",
+    "score",  # the row's share of its question's evidence, one scale across its filings (across_filings)
     "ranker",  # who ordered it: "llm", "llm-repaired", "fallback:lexical", "financial", ...
     "grade",
     "excerpt",
@@ -66,12 +67,32 @@ def _period(filing: Filing) -> str:
     return dated.isoformat() if dated else ""
 
 
-def _across_filings(found: list[tuple]) -> list[tuple]:
-    """A question's chunks from all of its filings as one ranking: each filing's first, then
-    each one's second, and so on, in the filings' chosen order. Not by score: a ranker's scores
-    are its own within one filing (the $0 retriever's are standardised there), and merged they
-    would put another year's best page above the chosen filing's."""
-    return sorted(found, key=lambda e: (e[2], e[1]["filing_rank"]))
+def _shares(values: list[float], temperature: float) -> list[float]:
+    """A softmax: shares of 1, the larger values the larger shares."""
+    top = max(values, default=0.0)
+    weights = [math.exp((v - top) / temperature) for v in values]
+    return [w / sum(weights) for w in weights]
+
+
+def across_filings(found: list[tuple]) -> list[tuple[float, tuple]]:
+    """A question's chunks from all of its filings as one ranking, by one score on one scale:
+    the filing's share (a softmax of the filings' choice scores, at the temperature of
+    --filings auto's margin: a filing that close weighs 1/e of the best) times the chunk's share
+    within its filing (a softmax of the ranker's scores where it gives them, else of the ranks'
+    reciprocals). A question's scores add up to 1; best first."""
+    by_filing: dict[str, list[tuple]] = {}
+    for entry in found:
+        by_filing.setdefault(entry[1]["filing"], []).append(entry)
+    filings = sorted(by_filing.values(), key=lambda entries: entries[0][1]["filing_rank"])
+    weights = _shares([float(e[0][1].get("filing_score") or 0.0) for e in filings], AUTO_MARGIN)
+    scored = []
+    for weight, entries in zip(weights, filings, strict=True):
+        if all(e[4] is not None for e in entries):
+            shares = _shares([e[4] for e in entries], 1.0)
+        else:
+            shares = [w / sum(1 / (e[2] + 1) for e in entries) for w in (1 / (e[2] + 1) for e in entries)]
+        scored += [(weight * share, e) for share, e in zip(shares, entries, strict=True)]
+    return sorted(scored, key=lambda s: (-s[0], s[1][1]["filing_rank"], s[1][2]))
 
 
 def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
@@ -114,7 +135,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
                 score = float(scores[position]) if position < len(scores) else None
                 chunks.append((filings[key], pair, position, index, score, answer, ranker))
         ranked: list[tuple[str, int | str | None]] = []
-        for filing, pair, _, index, score, answer, ranker in _across_filings(chunks):
+        for score, (filing, pair, _, index, _, answer, ranker) in across_filings(chunks):
             chunk = filing.chunks[index]
             grade = grades.get((filing.id, chunk.page), grades.get((filing.id, chunk.id)))
             ranked.append((filing.id, chunk.page if chunk.page is not None else chunk.id))
@@ -134,7 +155,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
                     "section": chunk.section,
                     "heading": chunk.heading or "",
                     "chunk_id": chunk.id,
-                    "score": score,
+                    "score": round(score, 4),
                     "ranker": ranker,
                     "grade": grade,
                     "excerpt": passage(q["question"], chunk.text, EXCERPT_CHARS),
@@ -145,7 +166,8 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
         if not relevant or not {f for f, _ in relevant} & in_corpus:
             continue
         judged += 1
-        chosen = q["filings"][0]["filing"] if q["filings"] else None
+        # the filing of the best evidence: one ranking across the question's filings decides it
+        chosen = ranked[0][0] if ranked else q["filings"][0]["filing"] if q["filings"] else None
         top1 += int(chosen in {f for f, _ in relevant})
         ranked = list(dict.fromkeys(ranked))  # a page holds several chunks: it is cited once, where first ranked
         found = {k for k in ranked[:5] if k in relevant}

@@ -17,6 +17,7 @@ from dataclasses import replace
 from prism.datasets import InputFileError, RowError
 from prism.ingest.models import FilingEntry
 from prism.models import QuestionPlan, RunManifest
+from prism.periods import FilingsPerQuestion
 from prism.questions import Question, read_questions
 from producer.plan import Plan, RunError, RunSpec, invalid_failure
 from tasks.planning import digest, plan_question
@@ -45,7 +46,7 @@ def enqueue_questions(spec: RunSpec, store: Store, ledger: Ledger, settings: Set
         plan.changes = filing_changes(store, corpus, spec, versions, settings.filings_per_question)
     rows: list[bytes] = []
     warnings: list[bytes] = []  # qrels that cannot be judged: the question runs, the line is named
-    for item in _questions(spec.input, settings):
+    for item in question_items(spec.input, settings):
         if isinstance(item, InputFileError | RowError):
             plan.invalid_rows += 1
             line = item.line if isinstance(item, RowError) else -1
@@ -94,7 +95,7 @@ def qrel_warnings(q: Question, filings: dict[str, FilingEntry]) -> Iterator[tupl
             yield f"qrels[{i}].chunk", f"'{qrel.chunk}' is no chunk of '{qrel.filing}': not judged"
 
 
-def question_job(spec: RunSpec, q: Question, corpus_at: str, filings_per_question: int) -> QuestionJob:
+def question_job(spec: RunSpec, q: Question, corpus_at: str, filings_per_question: FilingsPerQuestion) -> QuestionJob:
     assert spec.corpus is not None
     return QuestionJob(
         run_id=spec.run_id,
@@ -115,7 +116,9 @@ def question_job(spec: RunSpec, q: Question, corpus_at: str, filings_per_questio
     )
 
 
-def _questions(uri: str, settings: Settings) -> Iterator[Question | RowError | InputFileError]:
+def question_items(uri: str, settings: Settings) -> Iterator[Question | RowError | InputFileError]:
+    """Each line of a question set as a Question or what is wrong with it (a file that cannot be
+    read: once, after the lines read before the failure)."""
     try:
         with open_input(uri, settings) as stream:
             yield from read_questions(stream, uri)
@@ -196,7 +199,7 @@ def _question_line(plan: QuestionPlan) -> dict:
 
 
 def filing_changes(
-    store: Store, corpus: Corpus, spec: RunSpec, versions: dict[str, str], filings_per_question: int
+    store: Store, corpus: Corpus, spec: RunSpec, versions: dict[str, str], filings_per_question: FilingsPerQuestion
 ) -> dict:
     """The filings new, changed and removed since the run a `--new` run starts from, and
     whether it ran with the same configuration."""

@@ -21,10 +21,10 @@ import structlog
 from celery import shared_task
 
 from prism.hybrid import dense_scorer
-from prism.ingest.models import Chunking, FilingMeta
+from prism.ingest.models import Chunking, CorpusManifest, FilingMeta
 from prism.llm import BudgetExhausted, Gateway, recording
 from prism.models import FILING_TYPES, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, RunManifest, job_id
-from prism.periods import choose_filings, resolve_period
+from prism.periods import FilingsPerQuestion, choose_filings, resolve_period
 from prism.questions import Question, cik_number, company_key, company_words
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
@@ -82,7 +82,7 @@ def plan_question(self: PlanTask, message: dict) -> None:
         scores, plan.forms_ranked_by, plan.documents = forms
         choices = choose_filings(period, scores, pool, job.filings_per_question, q.scope.form_types)
     if not choices:
-        plan.error = _no_filing(job, period.label(), view)
+        plan.error = no_filing(job, period.label(), view)
         if not ledger.has_outcome(job):
             ledger.failure(job, plan.error, self.paid(job))
         ledger.planned(job, plan, plan.outcomes)
@@ -168,7 +168,10 @@ class CorpusView:
 
     @classmethod
     def read(cls, rt: Runtime, uri: str) -> CorpusView:
-        manifest = Corpus(rt.store(uri)).manifest()
+        return cls.of(Corpus(rt.store(uri)).manifest())
+
+    @classmethod
+    def of(cls, manifest: CorpusManifest) -> CorpusView:
         everything = [(fid, entry.meta) for fid, entry in manifest.filings.items()]
         return cls(everything, {fid: e.latest for fid, e in manifest.filings.items()})
 
@@ -214,7 +217,7 @@ class Earlier:
     run_id: str
     questions: dict[str, dict]
     config: RunConfig
-    filings_per_question: int | None
+    filings_per_question: FilingsPerQuestion | None
 
     @classmethod
     def read(cls, rt: Runtime, job: QuestionJob) -> Earlier:
@@ -295,8 +298,7 @@ def _forms(
 
 
 def _prior_scores(rt: Runtime, config: RunConfig, q: Question) -> dict[str, float]:
-    prior = rt.prior(config)
-    return {f: float(v) for f, v in zip(FILING_TYPES, prior.predict([q.question])[0], strict=True)}
+    return rt.prior(config).form_scores(q.question)
 
 
 def _enqueue_pair(rt: Runtime, job: QuestionJob, pair: ChunkJob, fid: str, version: str) -> int:
@@ -394,7 +396,7 @@ def _record(job: QuestionJob, **fields) -> QuestionPlan:
     )
 
 
-def _no_filing(job: QuestionJob, period: str, view: CorpusView) -> str:
+def no_filing(job: QuestionJob, period: str, view: CorpusView) -> str:
     scope = job.question.scope
     what = [f"company {scope.company!r}" if scope.company else "any company"]
     if scope.form_types:

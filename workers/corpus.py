@@ -191,16 +191,31 @@ class Corpus:
             return key, get_model(self.store, key, FilingInput)
         except KeyError:
             pass
-        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget, counts=self.counts(filing, counter))
-        shared = FilingInput(
+        shared = self.make_input(filing, budget, counter)
+        put_model(self.store, key, shared, if_absent=True)
+        return key, shared
+
+    @classmethod
+    def make_input(cls, filing: Filing, budget: int, counter: TokenCounter) -> FilingInput:
+        """A filing's chunk input for a segment budget, made here; nothing is stored."""
+        data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget, counts=cls.counts(filing, counter))
+        return FilingInput(
             filing_id=filing.id,
             version=filing.version,
             costs=data.costs,
             truncated={i: data.chunks[i] for i in data.truncated},
             exact_counts=data.exact_counts,
         )
-        put_model(self.store, key, shared, if_absent=True)
-        return key, shared
+
+    def read_input(self, filing: Filing, budget: int, counter: TokenCounter) -> FilingInput:
+        """A filing version's chunk input for a budget: the stored one, else made here and not
+        stored (an estimate writes nothing)."""
+        try:
+            return get_model(
+                self.store, self.input_key(filing.id, filing.version, budget, _encoding(counter)), FilingInput
+            )
+        except KeyError:
+            return self.make_input(filing, budget, counter)
 
     def input_for(self, filing_id: str, version: str, budget: int, counter: TokenCounter) -> tuple[str, FilingInput]:
         """A filing version's chunk input for a budget, read when made, else made from the filing."""

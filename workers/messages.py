@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from prism.ingest import Chunking
 from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
+from prism.periods import FilingsPerQuestion
 from prism.questions import Question
 
 
@@ -53,7 +54,7 @@ class QuestionJob(Job):
     question: Question
     corpus: str
     corpus_at: str  # the corpus manifest the run was planned against (written_at): one view per worker
-    filings_per_question: int = 1
+    filings_per_question: FilingsPerQuestion = 1
     reuse: bool = True  # an earlier run's result for the same job id is reused
     since: str | None = None  # `--new`: a question unchanged since this run reuses its results
     carried: list[CallRecord] = []

@@ -9,7 +9,7 @@ import re
 import tomllib
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     # per model ("*" for any): {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}
     llm_limits: dict[str, ModelLimits] = {}
     limiter_max_block_s: float = Field(5.0, ge=0)  # longer waits give the worker slot back
+    # a run first checks that each endpoint's model reads the system prompt (producer.prompt_check)
+    check_system_prompt: bool = True
     # the share of each limit used: the shared counters approximate the provider's exact window
     limiter_headroom: float = Field(0.98, gt=0, le=1)
     cache: bool = True  # answer identical LLM requests from the response cache
@@ -135,7 +137,8 @@ class Settings(BaseSettings):
     top_n: int = Field(5, ge=1)
     segment_top_k: int = Field(10, ge=1)
     segment_tokens: int = Field(32_000, ge=1_000)
-    filings_per_question: int = Field(1, ge=1, le=20)  # top-F filings a question over a corpus is ranked in
+    # the filings a question over a corpus is ranked in: the top F, or "auto" (prism.periods.AUTO_MARGIN)
+    filings_per_question: Annotated[int, Field(ge=1, le=20)] | Literal["auto"] = "auto"
 
     # the fleet
     embedded_workers: int = Field(2, ge=1)

@@ -119,14 +119,20 @@ def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
         for r in reversed(list(csv.DictReader(io.StringIO((out / "evidence.csv").read_text()))))
     }
     assert cited == {"new-rev22": "acme_2022_10k:p2", "new-rev23": "acme_2023_10k:p3"}
-    # Two filings a question: one ranking across both, each filing's best before either's second.
+    # Two filings a question: one ranking across both by one score, the filing of the year asked
+    # first (the next year's reports it only as the comparative), a score on every row.
     both = subprocess.run([*cmd[:-1], "q2f", "--filings", "2"], env=env, capture_output=True, text=True, timeout=300)
     assert both.returncode == 3, both.stderr
     rows2 = list(csv.DictReader(io.StringIO((tmp_path / "res" / "runs" / "q2f" / "evidence.csv").read_text())))
     rev22 = [r for r in rows2 if r["question_id"] == "rev22"]
     assert [int(r["rank"]) for r in rev22] == list(range(1, 7))
-    assert [r["filing_id"] for r in rev22] == ["acme_2022_10k", "acme_2023_10k"] * 3
-    assert rev22[0]["chunk_id"] == "acme_2022_10k:p2" and rev22[1]["chunk_id"] == "acme_2023_10k:p3"
+    assert [r["filing_id"] for r in rev22] == ["acme_2022_10k"] * 3 + ["acme_2023_10k"] * 3
+    scores = [float(r["score"]) for r in rev22]
+    assert (
+        scores == sorted(scores, reverse=True)
+        and abs(sum(scores) - 1) < 0.01
+        and rev22[0]["chunk_id"] == "acme_2022_10k:p2"
+    )
     # A pre-filter makes each pair an input of its own, and keeps the evidence page.
     narrowed = subprocess.run([*cmd[:-1], "q3", "--prefilter-share", "0.6"], env=env, capture_output=True, text=True)
     assert narrowed.returncode == 3, narrowed.stderr

@@ -9,7 +9,7 @@ import pytest
 
 from prism.ingest.models import FilingMeta
 from prism.questions import Scope, cik_number, company_key
-from tasks.planning import NO_FILING, CorpusView, _no_filing
+from tasks.planning import NO_FILING, CorpusView, no_filing
 
 
 def _filing(fid: str, company: str | None, cik: str | None = None, ticker: str | None = None) -> tuple[str, FilingMeta]:
@@ -68,10 +68,10 @@ def test_a_scope_company_matches_by_cik_ticker_name_or_first_words(scope, filing
     assert _pool(scope) == filings
 
 
-def test_no_filing_names_the_closest_companies_or_the_ones_a_scope_could_mean():
+def testno_filing_names_the_closest_companies_or_the_ones_a_scope_could_mean():
     def error(company: str) -> str:
         job = SimpleNamespace(question=SimpleNamespace(scope=Scope(company=company)), corpus="mem://c")
-        return _no_filing(job, "latest", VIEW)  # type: ignore[arg-type]
+        return no_filing(job, "latest", VIEW)  # type: ignore[arg-type]
 
     assert error("Nvidea").startswith(f"{NO_FILING}: the corpus mem://c holds no filing of company 'Nvidea'")
     assert error("Nvidea").endswith("; closest companies in the corpus: NVIDIA CORP")

@@ -12,6 +12,7 @@ import pytest
 from prism.datasets import RowError
 from prism.ingest.models import FilingMeta
 from prism.periods import PeriodError, choose_filings, parse_period, period_fit, resolve_period
+from prism.prior import event_forms
 from prism.questions import Question, read_questions
 
 
@@ -69,6 +70,28 @@ def test_a_period_no_filing_reports_leaves_nothing_in_scope():
     assert choose_filings(resolve_period("What was FY2015 revenue?"), FORMS, FILINGS) == []
     assert len(choose_filings(resolve_period("revenue?"), FORMS, FILINGS, top_f=2)) == 2
     assert choose_filings(resolve_period("revenue?"), FORMS, FILINGS, form_types=["DEF14A"]) == []
+
+
+def test_an_event_question_reaches_the_current_report_and_auto_searches_beside_it():
+    appointed = "Who did Acme appoint as chief financial officer in 2023?"
+    raised = event_forms(appointed, FORMS)
+    assert raised["8-K"] == raised["10-K"] == 1.0 and raised["10-Q"] == 0.6
+    assert event_forms("What was FY2023 revenue?", FORMS) == FORMS
+    assert event_forms("What was FY2023 adjusted EBITDA?", FORMS)["Earnings"] == 1.0  # a non-GAAP measure
+    period = resolve_period(appointed)
+    assert choose_filings(period, FORMS, FILINGS)[0].filing_id == "ACME_2023_10K"  # the prior alone: never the 8-K
+    chosen = {c.filing_id for c in choose_filings(period, raised, FILINGS, "auto")}
+    assert chosen == {"ACME_2023_10K", "ACME_2023_8K_dated-2023-05-30"}  # level: both searched, the 10-Q not
+    assert [c.filing_id for c in choose_filings(resolve_period("FY2022 revenue?"), FORMS, FILINGS, "auto")] == [
+        "ACME_2022_10K"  # nothing else comes close
+    ]
+
+
+def test_a_forecast_for_a_year_is_looked_for_in_the_year_befores_filings():
+    period = resolve_period("What production rate changes is Acme forecasting for FY2024?")
+    assert period.outlook and period.label() == "FY2024"
+    assert [c.filing_id for c in choose_filings(period, FORMS, FILINGS)] == ["ACME_2023_10K"]
+    assert not resolve_period("What was revenue in FY2024?").outlook
 
 
 def _read(*rows) -> list:
