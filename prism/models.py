@@ -98,13 +98,16 @@ class PromptCheck(BaseModel):
     counted_without: int | None = None  # ... and without it
     dropped: bool | None = None  # None: not checked (see error)
     error: str | None = None
+    checked_at: datetime | None = None  # kept for a day (producer.prompt_check.KEPT)
 
     def text(self) -> str:
         where = f"{self.model} at {self.endpoint} ({', '.join(self.stages)})"
         if self.dropped is None:
             return f"system prompt not checked for {where}: {self.error}"
+        when = f" ({self.checked_at:%Y-%m-%d %H:%M} UTC)" if self.checked_at else ""
         counts = (
-            f"it counted {self.counted_with} prompt tokens with the system prompt and {self.counted_without} without"
+            f"it counted {self.counted_with} prompt tokens with the system prompt and {self.counted_without} "
+            f"without{when}"
         )
         if self.dropped:
             return (
@@ -334,10 +337,10 @@ class Failure(BaseModel):
 
 class Spent(BaseModel):
     """Calls that no result or failure holds: a job delivered twice, whose second result was
-    refused because the first was already stored."""
+    refused because the first was already stored; a pre-filter's; the run's own (task None)."""
 
     run_id: str
-    task: Task
+    task: Task | None
     query_id: str
     reason: str
     calls: list[CallRecord]

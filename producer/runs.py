@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from prism.llm import spending
 from prism.models import PromptCheck, QuestionPlan, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
@@ -161,7 +162,7 @@ class Runs:
         driver = self._batch_driver(spec, store)
         manifest = manifest.model_copy(update={"owner": OWNER, "status": "planning"})
         if not manifest.prompt_checks:
-            manifest = manifest.model_copy(update={"prompt_checks": self._check_prompts(spec)})
+            manifest = manifest.model_copy(update={"prompt_checks": self._check_prompts(spec, budget)})
         put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
         spent = budget.exhausted if budget else (lambda: False)
         with embedded_worker(self.app, self.settings.embedded_workers) if self.settings.embedded else nullcontext():
@@ -238,11 +239,15 @@ class Runs:
         plan.progress_base = base
         return plan
 
-    def _check_prompts(self, spec: RunSpec) -> list[PromptCheck]:
-        """Whether each endpoint's model reads the system prompt; said at once when one does not."""
-        if self.runtime.gateway is None:
+    def _check_prompts(self, spec: RunSpec, budget: RunBudget | None) -> list[PromptCheck]:
+        """Whether each endpoint's model reads the system prompt (charged to the run's budget);
+        said at once when one does not."""
+        if self.runtime.gateway is None or not self.settings.check_system_prompt:
             return []
-        checks, calls = check_prompts(self.runtime.gateway, spec.config, spec.run_id)
+        with spending(budget):
+            checks, calls = check_prompts(
+                self.runtime.gateway, spec.config, spec.run_id, self.runtime.store(spec.results)
+            )
         self.ledger(spec.results).spent_by_run(
             spec.run_id, calls, "the system-prompt check", CHECK_NAME, query_id=CHECK_NAME
         )

@@ -10,7 +10,7 @@ from decimal import Decimal
 from pydantic import BaseModel
 
 from prism.metrics import evaluate
-from prism.models import CallRecord, Failure, JobResult, Spent, Task
+from prism.models import CallRecord, Failure, JobResult, Spent
 from workers.ledger import Outcome, RunLayout
 from workers.store import Store, get_model
 
@@ -87,8 +87,9 @@ class RunState:
         """Jobs with an outcome for now: done, failed, or stopped by the budget."""
         return len(self.results) + len(self.job_failures) + len(self.skipped)
 
-    def calls(self) -> Iterable[tuple[str, Task, CallRecord]]:
-        """Every paid call of the run, once: in results, failures, skips and duplicate runs."""
+    def calls(self) -> Iterable[tuple[str, str, CallRecord]]:
+        """Every paid call of the run, once: in results, failures, skips and duplicate runs; the
+        run's own (its system-prompt check) under the task "run"."""
         holders: list[JobResult | Spent | Failure] = [
             *self.results.values(),
             *self.spent.values(),
@@ -97,7 +98,7 @@ class RunState:
         ]
         for h in holders:
             for c in h.calls:
-                yield h.query_id or "", h.task or "documents", c
+                yield h.query_id or "", h.task or "run", c
 
 
 class CostSummary(BaseModel):
@@ -166,7 +167,7 @@ def cost_report(state: RunState) -> dict:
     by_stage: dict[str, CostSummary] = {}
     by_model: dict[str, CostSummary] = {}
     by_tier: dict[str, CostSummary] = {}
-    by_job: dict[tuple[Task, str], CostSummary] = {}
+    by_job: dict[tuple[str, str], CostSummary] = {}
     for query_id, task, call in state.calls():
         for summary in (
             total,

@@ -13,6 +13,7 @@ import redis
 
 from prism.datasets import load_queries as load
 from prism.testing.simulator import Simulator, SimulatorConfig
+from producer.prompt_check import CHECK_NAME
 from workers.testing import S3_KEYS, SeaweedS3, WorkerProcess, fleet_env, prism_cli, s3_client  # noqa: F401 - for tests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +21,13 @@ SHARED = Path(os.environ.get("PRISM_SHARED_DATA", ROOT.parent / "shared" / "data
 DOC_DEV = SHARED / "finagentbench" / "document_ranking_kaggle_dev.jsonl"
 DOC_FULL = SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl"
 PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
+
+
+def check_calls(cost: dict) -> int:
+    """The calls of a run's system-prompt check in its cost.json (0 where it used a kept one)."""
+    return sum(job["calls"] for job in cost["jobs"] if job["query_id"] == CHECK_NAME)
+
+
 # Parallel test processes (pytest -n) each take the next DB index, so none flushes another's queue.
 XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 REDIS_DB = int(os.environ.get("PRISM_TEST_REDIS_DB", "11")) + XDIST_WORKER

@@ -91,6 +91,11 @@ class RunLayout:
         return f"index/jobs/{job_id}"
 
     @staticmethod
+    def prompt_check(digest: str) -> str:
+        """The last system-prompt check of one (endpoint, model, system prompt): a PromptCheck."""
+        return f"index/prompt_checks/{digest}.json"
+
+    @staticmethod
     def vectors(embedder: str, digest: str) -> str:
         """A filing version's page vectors by one embedder, shared by every run (content-addressed)."""
         return f"index/vectors/{safe_name(embedder)}/{digest}.npy"
@@ -361,7 +366,7 @@ class Ledger:
         calls: list[CallRecord],
         reason: str,
         name: str | None = None,
-        task: Task = "documents",
+        task: Task | None = None,
         query_id: str = "",
     ) -> None:
         """Calls a run made outside its jobs (the producer's system-prompt check) or that no job's

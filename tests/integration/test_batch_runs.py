@@ -49,8 +49,16 @@ def sim():
 
 
 def _env(broker: str, s3: str, sim: Simulator, **extra: str) -> dict[str, str]:
+    # These runs count every request the provider answers, batch against online: no check first.
     return fleet_env(
-        broker, s3, sim.url, PRISM_BATCH_POLL_S="0.3", PRISM_BATCH_GATHER_S="0.6", PRISM_STALL_S="60", **extra
+        broker,
+        s3,
+        sim.url,
+        PRISM_BATCH_POLL_S="0.3",
+        PRISM_BATCH_GATHER_S="0.6",
+        PRISM_STALL_S="60",
+        PRISM_CHECK_SYSTEM_PROMPT="false",
+        **extra,
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
+from producer.prompt_check import CHECK_NAME
 from tests.conftest import DOC_DEV, PAGES, fleet_env, prism_cli, s3_client
 
 pytestmark = pytest.mark.integration
@@ -62,9 +63,10 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
 
     # cost.json is the sum of the per-call records in the result files.
     records = [s3_json(client, bucket, key) for key in documents + chunks]
-    calls = [c for r in records for c in r["calls"]]
+    check = s3_json(client, bucket, f"{base}/spent/{CHECK_NAME}.json")  # the run's system-prompt check
+    calls = [c for r in [*records, check] for c in r["calls"]]
     cost = s3_json(client, bucket, f"{base}/cost.json")
-    assert cost["total"]["calls"] == len(calls) >= 106
+    assert cost["total"]["calls"] == len(calls) >= 108 and cost["by_task"]["run"]["calls"] == len(check["calls"]) == 2
     assert Decimal(cost["total"]["usd"]) == sum(Decimal(c["usd"]) for c in calls) > 0
     assert cost["total"]["prompt_tokens"] == sum(c["usage"]["prompt_tokens"] for c in calls)
     assert cost["by_task"]["documents"]["calls"] == 100

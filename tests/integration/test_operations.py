@@ -7,7 +7,8 @@ from decimal import Decimal
 import pytest
 
 from prism.models import RunConfig, job_id
-from tests.conftest import DOC_DEV, fleet_env, load, prism_cli, read_run, upload_input
+from producer.prompt_check import CHECK_NAME
+from tests.conftest import DOC_DEV, check_calls, fleet_env, load, prism_cli, read_run, upload_input
 from workers.messages import DocumentJob
 from workers.runtime import Runtime
 from workers.settings import Settings
@@ -48,11 +49,13 @@ def test_a_rerun_of_unchanged_input_makes_no_llm_calls(tmp_path, fleet, s3_serve
     assert third.returncode == 0, third.stderr[-3000:]
     three = read_run(s3_server, bucket, "night-3")
     total = three["cost"]["total"]
-    assert total["calls"] == total["cached_calls"] == one["cost"]["total"]["calls"] and Decimal(total["usd"]) == 0
+    ranked = one["cost"]["total"]["calls"] - check_calls(one["cost"])  # the check is kept: not made again
+    assert total["calls"] == total["cached_calls"] == ranked and Decimal(total["usd"]) == 0
     assert fresh_simulator.stats["requests"] == requests
     # The response cache saved what the first run paid for the same calls.
     levers = three["cost"]["savings_by_lever"]
-    assert Decimal(levers["response_cache_usd"]) == Decimal(one["cost"]["total"]["usd"]) > 0
+    check = next(j for j in one["cost"]["jobs"] if j["query_id"] == CHECK_NAME)  # not ranking: not cached
+    assert Decimal(levers["response_cache_usd"]) == Decimal(one["cost"]["total"]["usd"]) - Decimal(check["usd"]) > 0
     assert Decimal(levers["list_usd"]) == 0 and Decimal(one["cost"]["savings_by_lever"]["list_usd"]) > 0
     assert sorted(r["ranking"]["indices"] for r in three["results"]) == sorted(
         r["ranking"]["indices"] for r in one["results"]
@@ -85,7 +88,8 @@ def test_a_budget_stops_the_run_and_resume_finishes_it(tmp_path, fleet, s3_serve
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     done = read_run(s3_server, bucket, "capped")
     assert done["manifest"]["status"] == "complete" and done["manifest"]["counts"]["done"] == 60
-    assert done["cost"]["total"]["calls"] == 60  # one call per document, none paid twice
+    # one call per document, none paid twice; and the run's system-prompt check, made once
+    assert done["cost"]["total"]["calls"] == 60 + check_calls(done["cost"]) and check_calls(done["cost"]) == 2
 
 
 def test_a_second_delivery_stores_nothing_twice_and_keeps_its_calls(s3_server, bucket, fresh_simulator, monkeypatch):

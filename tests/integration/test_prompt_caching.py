@@ -47,6 +47,7 @@ def test_questions_over_one_filing_read_its_prefix_from_the_cache_and_pay_the_ca
         PRISM_CACHE="false",
         PRISM_SERVICE_TIER=tier,
         PRISM_LLM_BACKOFF_CAP_S="0.5",
+        PRISM_CHECK_SYSTEM_PROMPT="false",  # the provider's first requests are scripted: the questions'
     )
     refused = 2 if tier == "flex" else 0
     fresh_simulator.script(*["flex_unavailable"] * refused)

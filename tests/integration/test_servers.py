@@ -184,20 +184,23 @@ def test_a_dropped_system_prompt_is_flagged_on_the_call_and_in_the_report(fresh_
     assert "## Prompt-token gaps (1 calls)" in text and f"{call.prompt_token_gap} fewer than sent" in text
 
 
-def test_the_system_prompt_check_compares_the_servers_own_counts(fresh_simulator):
+def test_the_system_prompt_check_compares_the_servers_own_counts(fresh_simulator, tmp_path):
     config = RunConfig(doc_ranker="llm", chunk_ranker="llm")
     gw = gateway(fresh_simulator, max_attempts=1)
-    checks, calls = check_prompts(gw, config, "run-a")
+    store = LocalStore(tmp_path / "a")
+    checks, calls = check_prompts(gw, config, "run-a", store)
     (check,) = checks  # one endpoint and one model for every stage
     assert check.dropped is False and check.stages == ["documents", "rerank", "segments"] and len(calls) == 2
     assert check.counted_with - check.counted_without >= 0.9 * check.system_tokens
+    assert check_prompts(gw, config, "run-a2", store) == ([check], [])  # kept for a day: no call
     fresh_simulator.config.drops_system = True
-    (check,), _ = check_prompts(gw, config, "run-b")
+    (check,), _ = check_prompts(gw, config, "run-b", LocalStore(tmp_path / "b"))
     assert check.dropped is True and check.counted_with == check.counted_without
     assert "DROPS THE SYSTEM PROMPT" in check.text()
     fresh_simulator.script("401")
-    (check,), calls = check_prompts(gw, config, "run-c")
-    assert check.dropped is None and "401" in check.error and calls[0].error is not None
+    (check,), calls = check_prompts(gw, config, "run-c", LocalStore(tmp_path / "c"))
+    assert check.dropped is None and "401" in (check.error or "") and calls[0].error is not None
+    assert not list((tmp_path / "c").rglob("*.json"))  # a check not made is not kept
 
 
 def test_an_unpriced_model_is_unknown_in_every_total_never_zero(fresh_simulator, tmp_path):
