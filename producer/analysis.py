@@ -172,10 +172,11 @@ MIN_BOX = 5  # jobs of one task a latency box is drawn from
 
 
 def plots(
-    runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None
+    runs: dict[str, tuple[RunManifest, dict]], comparison: dict | None, questions: dict[str, float] | None = None
 ) -> tuple[dict[str, bytes], dict[str, str]]:
-    """Latency box plots, token bars, USD per 1,000 queries, NDCG@5 by configuration; and the
-    plots left out, with why: one with nothing to show is not drawn (no empty axes at $0)."""
+    """Latency box plots, token bars, USD per 1,000 queries, NDCG@5 by configuration (a question
+    set's: evidence NDCG@5 per judged question, ``questions``); and the plots left out, with why:
+    one with nothing to show is not drawn (no empty axes at $0)."""
     names = list(runs)
     boxes = [(r, t, lat) for r in names for t, lat in runs[r][1]["latency_s"].items() if lat.get("jobs", 0) >= MIN_BOX]
     bars = [(f"{r[-12:]}\n{t}", s["tokens"][t]) for r in names for s in [runs[r][1]] for t in s["tokens"]]
@@ -186,8 +187,8 @@ def plots(
         left_out["latency.png"] = f"no task with {MIN_BOX} or more jobs ranked in the run: too few for a box"
     if not bars:
         left_out["tokens_cost.png"] = "no LLM tokens: every ranking was at $0"
-    if not (comparison or scopes):
-        left_out["ndcg.png"] = "no NDCG@5: no query has qrels over its own candidates"
+    if not (comparison or scopes or questions):
+        left_out["ndcg.png"] = "no NDCG@5: no query has qrels over its own candidates, no question over its filings"
     if len(left_out) == 3:
         return {}, left_out
     import matplotlib
@@ -231,6 +232,15 @@ def plots(
         right.set_ylabel("USD per 1,000 queries")
         out["tokens_cost.png"] = png(fig)
 
+    if questions and not (comparison or scopes):
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        values = list(questions.values())
+        ax.hist(values, bins=[i / 10 for i in range(11)], color="tab:blue")
+        ax.axvline(sum(values) / len(values), color="tab:red", label=f"mean {sum(values) / len(values):.3f}")
+        ax.set_xlabel(f"evidence NDCG@5 of each judged question ({len(values)})")
+        ax.set_ylabel("questions")
+        ax.legend(fontsize=7)
+        out["ndcg.png"] = png(fig)
     if comparison or scopes:
         fig, ax = plt.subplots(figsize=(7, 3.5))
         if comparison:

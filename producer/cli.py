@@ -793,7 +793,9 @@ def _print_summary(end: RunEnd) -> None:
     if ranked := {k: v for k, v in metrics.items() if "ndcg@5" in v}:
         out.print(_metrics_table(ranked))
     if asked := metrics.get("questions"):
-        shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in asked.items())
+        shown = ", ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in asked.items() if not isinstance(v, dict)
+        )
         out.print(f"questions: {shown}; evidence table: evidence.csv, evidence.parquet")
     if evidence := metrics.get("evidence"):
         out.print(

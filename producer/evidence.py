@@ -115,6 +115,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
     rows: list[dict] = []
     judged = top1 = 0
     recall = ndcg = 0.0
+    by_question: dict[str, float] = {}
     no_filing = sum(1 for q in questions.values() if not q["filings"])
     for qid, q in questions.items():
         # a page qrel over a filing without that page is not judged (the run said so when it began)
@@ -173,7 +174,8 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
         found = {k for k in ranked[:5] if k in relevant}
         recall += len(found) / len(relevant)
         ids = {k: i for i, k in enumerate(dict.fromkeys([*grades, *ranked]))}
-        ndcg += ndcg_at([ids[k] for k in ranked], {ids[k]: g for k, g in grades.items()}, 5)
+        by_question[qid] = ndcg_at([ids[k] for k in ranked], {ids[k]: g for k, g in grades.items()}, 5)
+        ndcg += by_question[qid]
     metrics = {
         "questions": len(questions),
         "judged": judged,
@@ -181,6 +183,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
         "filing_top1": top1 / judged if judged else None,
         "evidence_recall@5": recall / judged if judged else None,
         "evidence_ndcg@5": ndcg / judged if judged else None,
+        "evidence_ndcg@5_by_question": by_question,
     }
     return rows, metrics
 
@@ -230,7 +233,7 @@ def write(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
 
 def markdown(rows: list[dict], metrics: dict, per_question: int = 3, questions: int = 50) -> str:
     out = ["", "## Evidence", ""]
-    shown = {k: v for k, v in metrics.items() if v is not None}
+    shown = {k: v for k, v in metrics.items() if v is not None and not isinstance(v, dict)}
     out.append("- " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()))
     out.append("- every row: `evidence.csv` / `evidence.parquet`")
     by_question: dict[str, list[dict]] = {}

@@ -6,18 +6,24 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from prism.estimate import Estimate
 from prism.models import RunManifest
 from producer import analysis, evidence
-from producer.state import RunState, cost_report, usd_text
+from producer.state import CostSummary, RunState, cost_report, usd_text
 from workers.corpus import Corpus
 from workers.store import put_model
 
 
 def write(
-    state: RunState, manifest: RunManifest, pending: list[dict], corpus: Corpus | None = None
+    state: RunState,
+    manifest: RunManifest,
+    pending: list[dict],
+    corpus: Corpus | None = None,
+    estimate: Estimate | str | None = None,
 ) -> tuple[dict, dict]:
     """Write every report file of a run from what is stored now; returns cost and metrics. A
-    question set over a corpus also gets its evidence table and the metrics over its questions."""
+    question set over a corpus also gets its evidence table and the metrics over its questions,
+    and where an LLM ranked, its estimate (or why there is none) beside what it cost."""
     store, layout = state.store, state.layout
     cost = cost_report(state)
     lines = [f.model_dump_json() for f in [*state.input_failures, *state.job_failures]]
@@ -34,10 +40,13 @@ def write(
     store.put(layout.file("summary.json"), json.dumps(summary, indent=1).encode())
     runs = {layout.run_id: (manifest, summary)}
     text = markdown(manifest, cost, metrics, state)
+    if estimate is not None:
+        text += estimate_markdown(estimate, manifest, state)
     if found is not None:
         text += evidence.markdown(*found)
     text += "\n" + analysis.markdown(runs, None)
-    images, left_out = analysis.plots(runs, None)
+    per_question = found[1].get("evidence_ndcg@5_by_question") if found is not None else None
+    images, left_out = analysis.plots(runs, None, per_question)
     for name, image in images.items():
         store.put(layout.file(name), image)
         text += f"\n![{name}]({name})\n"
@@ -56,6 +65,43 @@ def changes_text(c: dict) -> str:
         f"{c['unchanged_questions']} unchanged (their results reused at $0)"
     )
     return text + ("" if c["same_config"] else "; the configuration changed, so every question is planned")
+
+
+def estimate_markdown(estimate: Estimate | str, manifest: RunManifest, state: RunState) -> str:
+    """What `prism estimate --questions` says of the run's question set, beside what the run
+    recorded, per stage (the run's own system-prompt check left out: the estimate has none)."""
+    out = ["", "## Estimate beside actual", ""]
+    if isinstance(estimate, str):
+        return "\n".join([*out, f"No estimate: {estimate}.", ""])
+    actual: dict[str, CostSummary] = {}
+    for _, task, call in state.calls():
+        if task != "run":
+            actual.setdefault(call.stage, CostSummary()).add(call)
+    out += [
+        "`prism estimate --questions` over this run's question set and corpus, made from the same "
+        "settings before any call, against what the run's calls recorded (retries and fallbacks are "
+        "in the actual only).",
+        "",
+        "| stage | calls: estimate | actual | prompt tokens: estimate | actual | ratio | output tokens: estimate | actual |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for stage in sorted(set(estimate.stages) | set(actual)):
+        e, a = estimate.stages.get(stage), actual.get(stage, CostSummary())
+        ratio = f"{a.prompt_tokens / e.prompt_tokens:.2f}" if e and e.prompt_tokens else "-"
+        out.append(
+            f"| {stage} | {e.calls if e else 0} | {a.calls} | {e.prompt_tokens if e else 0} | {a.prompt_tokens} | "
+            f"{ratio} | {e.completion_tokens if e else 0} | {a.completion_tokens} |"
+        )
+    settings = manifest.settings
+    tier = "batch" if manifest.via == "batch" else str(settings.get("service_tier") or "standard")
+    key = f"{tier}_cached" if settings.get("prompt_cache_key", True) else tier
+    if key in estimate.usd:
+        out += [
+            "",
+            f"Estimated USD at the run's tier ({key.replace('_', ', with the provider cache')}): "
+            f"${float(estimate.usd[key]):.4f}; the run's is in the cost table above.",
+        ]
+    return "\n".join(out) + "\n"
 
 
 def _prompt_warnings(manifest: RunManifest) -> list[str]:

@@ -21,10 +21,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from prism.estimate import Estimate
 from prism.llm import spending
 from prism.models import PromptCheck, QuestionPlan, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
+from producer.estimate import estimate_questions
 from producer.plan import Plan, RunError, RunSpec, plan_run
 from producer.prompt_check import CHECK_NAME, check_prompts
 from producer.questions import enqueue_questions, gather, question_changes
@@ -468,10 +470,25 @@ class Runs:
             }
         )
         corpus = Corpus(self.runtime.store(manifest.corpus)) if manifest.corpus else None
-        cost, metrics = report.write(state, manifest, pending, corpus)
+        cost, metrics = report.write(state, manifest, pending, corpus, self._estimate(manifest))
         if manifest.corpus and status in ENDED:  # what a `--new` run may start from
             mark_last_over(state.store, manifest.corpus, manifest.run_id)
         return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
+
+    def _estimate(self, manifest: RunManifest) -> Estimate | str | None:
+        """What `prism estimate --questions` says of a question-set run that calls an LLM (None
+        otherwise), under the settings it ran with; why not, where it cannot be made."""
+        config = manifest.config
+        if manifest.corpus is None or not (config.uses_llm("documents") or config.uses_llm("chunks")):
+            return None
+        recorded = {k: manifest.settings[k] for k in ("filings_per_question", "service_tier") if k in manifest.settings}
+        try:
+            settings = self.settings.model_copy(update=recorded)
+            expected = settings.llm_expected_output_tokens
+            outputs = {s: min(expected, config.output_cap(s) or expected) for s in config.models}
+            return estimate_questions(manifest.input, manifest.corpus, settings, config, outputs).estimate
+        except Exception as err:  # noqa: BLE001 - the report says why and is written all the same
+            return _text(err)
 
     # -- reading runs ------------------------------------------------------------------------
 

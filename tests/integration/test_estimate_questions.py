@@ -99,3 +99,10 @@ def test_a_question_set_estimate_is_within_15_percent_of_its_run(tmp_path, fresh
     for stage in ("segments", "rerank"):  # the document calls may carry the run's own
         assert abs(estimated[stage][0] / actual[stage][0] - 1) <= 0.15, figures
         assert abs(estimated[stage][1] / actual[stage][1] - 1) <= 0.15, figures
+    # The run's report sets the same estimate beside what it spent, stage by stage.
+    report = (results / "runs" / "e" / "report.md").read_text()
+    section = report.split("## Estimate beside actual", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in section.splitlines() if line.startswith("| ")}
+    for stage, (calls_, tokens_) in estimated.items():
+        assert (int(rows[stage][0]), int(rows[stage][2])) == (calls_, tokens_), section
+    assert int(rows["segments"][1]) == actual["segments"][0] and "Estimated USD at the run's tier" in section

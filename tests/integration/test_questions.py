@@ -97,8 +97,9 @@ def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
     assert json.loads(evaluated.stdout.splitlines()[-1]) == metrics  # the same figures, from the stored run
     report = (folder_out / "report.md").read_text()
     assert "## Evidence" in report and "acme_2022_10k:p2" in report
-    # At $0 with no qrels over the candidates there is nothing to plot: no empty axes, a line why.
-    assert not list(folder_out.glob("*.png")) and "tokens_cost.png is left out: no LLM tokens" in report
+    # At $0 no tokens to plot: no empty axes, a line why; the judged questions' evidence NDCG@5 is drawn.
+    assert [p.name for p in folder_out.glob("*.png")] == ["ndcg.png"] and "![ndcg.png](ndcg.png)" in report
+    assert "tokens_cost.png is left out: no LLM tokens" in report
     # Shared inputs: one per filing version in the corpus, none per question in the run.
     assert len(list((tmp_path / "corpus" / "inputs").rglob("*.json"))) == 2
     assert not (folder_out / "inputs").exists()
