@@ -34,6 +34,7 @@ def limiter_log(name: str, kind: str) -> str:
 def limiter_sum(name: str, kind: str) -> str:
     return f"{LIMITER_PREFIX}:{name}:{kind}:sum"
 
+
 # The hot LLM response cache; entries expire after PRISM_CACHE_HOT_TTL_S.
 CACHE_PREFIX = "prism:cache:"
 
