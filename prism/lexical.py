@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from prism.models import Ranking
+from prism.models import Cited, Ranking
 
 if TYPE_CHECKING:  # bm25s brings numba (a quarter of a second): imported where an index is built
     import Stemmer
+
+    from prism.ingest.models import Chunk
 
 
 @cache
@@ -50,6 +52,15 @@ _FILLER = frozenset(
 
 def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+EXCERPT_CHARS = 300  # an evidence row's passage
+
+
+def cite(question: str, chunk: Chunk) -> Cited:
+    """A ranked chunk's place in its filing and its passage that answers the question best."""
+    fields = chunk.model_dump(include={"page", "printed_page", "document", "section", "heading"})
+    return Cited(chunk_id=chunk.id, excerpt=passage(question, chunk.text, EXCERPT_CHARS), **fields)
 
 
 def passage(question: str, text: str, limit: int) -> str:

@@ -264,6 +264,19 @@ class SegmentOutcome(BaseModel):
     ranker: str | None = None  # who ranked it (Ranking.ranker)
 
 
+class Cited(BaseModel):
+    """Where a ranked chunk of a corpus filing is, and the passage of it that answers: written by
+    the worker that ranked it (it has the filing in hand), read by the evidence table."""
+
+    chunk_id: str
+    page: int | None = None
+    printed_page: str | None = None
+    document: str | None = None
+    section: int | None = None
+    heading: str | None = None
+    excerpt: str
+
+
 class JobResult(BaseModel):
     run_id: str
     reused_from: str | None = None  # copied from an earlier run with the same job id: nothing spent
@@ -278,6 +291,7 @@ class JobResult(BaseModel):
     levels: int = 1
     started_at: datetime
     finished_at: datetime
+    cited: list[Cited] = []  # a corpus pair's ranked chunks, in ranking order (empty: not recorded)
 
 
 class PlannedPair(BaseModel):

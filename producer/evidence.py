@@ -15,15 +15,15 @@ import json
 import math
 from collections.abc import Iterator
 
-from prism.ingest.models import Filing
-from prism.lexical import passage
+from prism.ingest.models import Filing, FilingMeta
+from prism.lexical import cite
 from prism.metrics import ndcg_at
+from prism.models import Cited
 from prism.periods import AUTO_MARGIN, filing_date
 from producer.state import RunState
 from workers.corpus import Corpus
 from workers.store import Store
 
-EXCERPT_CHARS = 300
 COLUMNS = (
     "question_id",
     "question",
@@ -57,8 +57,7 @@ def _lines(store: Store, key: str) -> Iterator[dict]:
             yield json.loads(line)
 
 
-def _period(filing: Filing) -> str:
-    meta = filing.meta
+def _period(meta: FilingMeta) -> str:
     if meta.fiscal_year and meta.fiscal_quarter:
         return f"{meta.fiscal_year}Q{meta.fiscal_quarter}"
     if meta.fiscal_year:
@@ -111,7 +110,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
     pages = {
         fid: next((v.pages for v in e.versions if v.version == e.latest), 0) for fid, e in manifest.filings.items()
     }
-    filings: dict[tuple[str, str], Filing] = {}
+    filings: dict[tuple[str, str], Filing] = {}  # read only for results that carry no citations
     rows: list[dict] = []
     judged = top1 = 0
     recall = ndcg = 0.0
@@ -121,45 +120,48 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
         # a page qrel over a filing without that page is not judged (the run said so when it began)
         judgeable = [r for r in q["qrels"] if r.get("page") is None or 0 < r["page"] <= pages.get(r["filing"], 0)]
         grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in judgeable}
-        chunks: list[tuple[Filing, dict, int, int, float | None, str, str]] = []  # one entry per ranked chunk
+        chunks: list[tuple[str, dict, int, Cited, float | None, str, str]] = []  # one entry per ranked chunk
         for pair in sorted(pairs.get(qid, []), key=lambda p: p["filing_rank"]):
             result = results.get(pair["query_id"])
             if result is None:
                 continue
-            key = (pair["filing"], pair["version"])
-            if key not in filings:
-                filings[key] = corpus.get_filing(*key)
+            cited = result.cited
+            if len(cited) != len(result.ranking.indices):  # ranked before results carried them
+                key = (pair["filing"], pair["version"])
+                if key not in filings:
+                    filings[key] = corpus.get_filing(*key)
+                cited = [cite(q["question"], filings[key].chunks[i]) for i in result.ranking.indices]
             scores = result.ranking.scores or []
             answer = (result.ranking.details or {}).get("answer") or ""
             ranker = result.ranking.ranker or ""
-            for position, index in enumerate(result.ranking.indices):
+            for position, chunk in enumerate(cited):
                 score = float(scores[position]) if position < len(scores) else None
-                chunks.append((filings[key], pair, position, index, score, answer, ranker))
+                chunks.append((pair["filing"], pair, position, chunk, score, answer, ranker))
         ranked: list[tuple[str, int | str | None]] = []
-        for score, (filing, pair, _, index, _, answer, ranker) in across_filings(chunks):
-            chunk = filing.chunks[index]
-            grade = grades.get((filing.id, chunk.page), grades.get((filing.id, chunk.id)))
-            ranked.append((filing.id, chunk.page if chunk.page is not None else chunk.id))
+        for score, (fid, pair, _, chunk, _, answer, ranker) in across_filings(chunks):
+            meta = manifest.filings[fid].meta
+            grade = grades.get((fid, chunk.page), grades.get((fid, chunk.chunk_id)))
+            ranked.append((fid, chunk.page if chunk.page is not None else chunk.chunk_id))
             rows.append(
                 {
                     "question_id": qid,
                     "question": q["question"],
                     "rank": len(ranked),
-                    "filing_id": filing.id,
+                    "filing_id": fid,
                     "filing_rank": pair["filing_rank"],
-                    "company": filing.meta.company or "",
-                    "form_type": filing.meta.form_type or "",
-                    "period": _period(filing),
+                    "company": meta.company or "",
+                    "form_type": meta.form_type or "",
+                    "period": _period(meta),
                     "page": chunk.page,
                     "printed_page": chunk.printed_page or "",
                     "document": chunk.document or "",
                     "section": chunk.section,
                     "heading": chunk.heading or "",
-                    "chunk_id": chunk.id,
+                    "chunk_id": chunk.chunk_id,
                     "score": round(score, 4),
                     "ranker": ranker,
                     "grade": grade,
-                    "excerpt": passage(q["question"], chunk.text, EXCERPT_CHARS),
+                    "excerpt": chunk.excerpt,
                     "answer": answer,
                 }
             )

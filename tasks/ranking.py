@@ -143,7 +143,8 @@ def _aggregate(
     segments = sum(1 for o in everything if o.level == 0)
     rt.checkpoint("store")
     calls = [*agg.carried, *(c for o in everything for c in o.calls)]  # the re-rank's are in its outcome
-    rt.ledger(job.results).result(job, ranking, calls, started, job.n_candidates, segments, level + 1)
+    cited = rt.cited(job, ranking.indices)
+    rt.ledger(job.results).result(job, ranking, calls, started, job.n_candidates, segments, level + 1, cited)
     log.info("job done", segments=segments, flags=ranking.flags)
 
 

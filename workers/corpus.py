@@ -231,11 +231,6 @@ class Corpus:
         counted = filing.exact_tokens and filing.encoding == _encoding(counter)
         return [c.tokens for c in filing.chunks] if counted else None
 
-    def chunk_input(self, key: str) -> chunks.ChunkInput:
-        """The stored filing input as a ChunkInput with no question (the job gives it)."""
-        shared = get_model(self.store, key, FilingInput)
-        return self.as_chunk_input(self.get_filing(shared.filing_id, shared.version), shared)
-
     @staticmethod
     def as_chunk_input(filing: Filing, shared: FilingInput) -> chunks.ChunkInput:
         """A filing and its stored input, already in hand, as a ChunkInput with no question."""

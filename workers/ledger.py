@@ -29,7 +29,7 @@ import structlog
 from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel
 
-from prism.models import CallRecord, Failure, JobResult, Ranking, Spent, Task
+from prism.models import CallRecord, Cited, Failure, JobResult, Ranking, Spent, Task
 from workers import keys
 from workers.messages import Job
 from workers.store import Store, get_model, put_model, safe_name
@@ -214,6 +214,7 @@ class Ledger:
         n_candidates: int,
         segments: int = 1,
         levels: int = 1,
+        cited: list[Cited] | None = None,
     ) -> None:
         result = JobResult(
             run_id=job.run_id,
@@ -226,6 +227,7 @@ class Ledger:
             calls=calls,
             segments=segments,
             levels=levels,
+            cited=cited or [],
             started_at=started_at,
             finished_at=datetime.now(UTC),
         )

@@ -13,8 +13,10 @@ from typing import Any
 
 import redis
 
+from prism.ingest.models import Filing
+from prism.lexical import cite
 from prism.llm import Gateway, Outage
-from prism.models import CallRecord, RunConfig, Stage
+from prism.models import CallRecord, Cited, RunConfig, Stage
 from prism.pricing import PriceTable
 from prism.prior import DocPrior
 from prism.rankers import Ranker, build_ranker
@@ -26,7 +28,7 @@ from workers.batches import StoreBatchQueue
 from workers.budget import RunBudget
 from workers.cache import TieredCache
 from workers.circuit import Circuits
-from workers.corpus import Corpus
+from workers.corpus import Corpus, FilingInput
 from workers.ledger import Ledger, MemoryProgress, Progress, RedisProgress
 from workers.limiter import FleetLimiter
 from workers.messages import ChunkJob, Job
@@ -46,7 +48,8 @@ class Runtime:
         self._stores: dict[str, Store] = {}
         self._models: dict[str, Any] = {}
         self._rankers: dict[tuple[str, Stage], Ranker] = {}
-        self._inputs: OrderedDict[tuple[str, str], ChunkInput] = OrderedDict()
+        # the last few chunk inputs, with their corpus filing where they come from one
+        self._inputs: OrderedDict[tuple[str, str], tuple[ChunkInput, Filing | None]] = OrderedDict()
         self._counters: dict[str, TokenCounter] = {}
         self._kept: OrderedDict[tuple, Any] = OrderedDict()
         # The process's one index cache keeps its page vectors in the results store.
@@ -151,18 +154,32 @@ class Runtime:
     def chunk_input(self, job: ChunkJob) -> ChunkInput:
         """The stored input of a chunk query; the last few stay in memory, since a worker often
         ranks several segments of the same filing in a row."""
+        data, _ = self._input(job)
+        return data.model_copy(update={"question": job.question}) if job.question is not None else data
+
+    def cited(self, job: ChunkJob, indices: list[int]) -> list[Cited]:
+        """A corpus pair's ranked chunks, where they are and what of them answers (none for a
+        pair whose input is its own, after a pre-filter: its chunks are a subset)."""
+        _, filing = self._input(job)
+        if filing is None or job.question is None:
+            return []
+        return [cite(job.question, filing.chunks[i]) for i in indices]
+
+    def _input(self, job: ChunkJob) -> tuple[ChunkInput, Filing | None]:
         self.checkpoint("input")
         key = (job.corpus or job.results, job.input_key)
         if key in self._inputs:
             self._inputs.move_to_end(key)
         elif job.corpus is not None:
-            self._inputs[key] = Corpus(self.store(job.corpus)).chunk_input(job.input_key)
+            corpus = Corpus(self.store(job.corpus))
+            shared = get_model(corpus.store, job.input_key, FilingInput)
+            filing = corpus.get_filing(shared.filing_id, shared.version)
+            self._inputs[key] = (corpus.as_chunk_input(filing, shared), filing)
         else:
-            self._inputs[key] = get_model(self.store(job.results), job.input_key, ChunkInput)
+            self._inputs[key] = (get_model(self.store(job.results), job.input_key, ChunkInput), None)
         while len(self._inputs) > 4:
             self._inputs.popitem(last=False)
-        data = self._inputs[key]
-        return data.model_copy(update={"question": job.question}) if job.question is not None else data
+        return self._inputs[key]
 
     def kept(self, key: tuple, make: Callable[[], Any]) -> Any:
         """What ``make`` gives, kept for the next tasks that ask by the same key (the last few:

@@ -82,8 +82,19 @@ def test_a_question_set_over_a_corpus_cites_the_right_filing_and_page(tmp_path):
         assert best["company"] == "Acme" and best["form_type"] == "10-K" and best["grade"] == "2"
         assert best["excerpt"] == " ".join(PAGES[filing][page - 1].split())  # the source page's own text
         assert all(r["filing_id"] == filing for r in by_question[qid])
-        scores = [float(r["score"]) for r in by_question[qid]]  # the $0 retriever's own, best first
+        scores = [float(r["score"]) for r in by_question[qid]]  # one scale across filings, best first
         assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1
+    # The worker that ranked a pair wrote where its chunks are and their passages: the table is
+    # made from the results, not by reading every filing again.
+    paths = list((folder_out / "results" / "chunks").glob("*.json"))
+    assert len(paths) == 2
+    for path in paths:
+        result = json.loads(path.read_text())
+        cited = [(c["chunk_id"], c["excerpt"]) for c in result["cited"]]
+        assert len(cited) == len(result["ranking"]["indices"]) and all(excerpt for _, excerpt in cited)
+        assert {c for c, _ in cited} == {
+            r["chunk_id"] for r in table if r["question_id"] == result["query_id"].split("@")[0]
+        }
     parquet = pq.read_table(folder_out / "evidence.parquet").to_pylist()
     assert [(r["question_id"], r["chunk_id"]) for r in parquet] == [(r["question_id"], r["chunk_id"]) for r in table]
     failures = [json.loads(line) for line in (folder_out / "failures.jsonl").read_text().splitlines()]
