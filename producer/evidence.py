@@ -89,7 +89,8 @@ def across_filings(found: list[tuple]) -> list[tuple[float, tuple]]:
         if all(e[4] is not None for e in entries):
             shares = _shares([e[4] for e in entries], 1.0)
         else:
-            shares = [w / sum(1 / (e[2] + 1) for e in entries) for w in (1 / (e[2] + 1) for e in entries)]
+            reciprocal = [1 / (e[2] + 1) for e in entries]
+            shares = [r / sum(reciprocal) for r in reciprocal]
         scored += [(weight * share, e) for share, e in zip(shares, entries, strict=True)]
     return sorted(scored, key=lambda s: (-s[0], s[1][1]["filing_rank"], s[1][2]))
 
