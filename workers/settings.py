@@ -147,6 +147,16 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     fault_at: FaultStage | None = None  # fault tests: every job raises at this stage
 
+    @field_validator("filings_per_question", mode="before")
+    @classmethod
+    def _filings(cls, value: Any) -> Any:
+        """One message for a bad value, not one per branch of the union."""
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 20):
+            return value
+        if isinstance(value, str) and value.isdigit() and 1 <= int(value) <= 20:
+            return int(value)
+        raise ValueError(f"expected a number of filings from 1 to 20, or auto; got {value!r}")
+
     @field_validator("llm_max_output_tokens")
     @classmethod
     def _caps(cls, value: int | dict | None) -> int | dict | None:

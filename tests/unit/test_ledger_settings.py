@@ -44,6 +44,8 @@ BAD_SETTINGS = [
     ({"PRISM_RESULTS": "s3://"}, "PRISM_RESULTS=s3://"),
     ({"PRISM_CONFIG": "/no/such/file.toml"}, "PRISM_CONFIG=/no/such/file.toml: no such file"),
     ({"PRISM_PREFILTER_SHARE": "30"}, "PRISM_PREFILTER_SHARE=30"),
+    ({"PRISM_FILINGS_PER_QUESTION": "many"}, "PRISM_FILINGS_PER_QUESTION=many: expected a number of filings"),
+    ({"PRISM_LLM_LIMITS": '{"*": {"tokens": "lots"}}'}, "PRISM_LLM_LIMITS"),
     ({"PRISM_PREFILTER_KEEP": "45", "PRISM_PREFILTER_SHARE": "0.3"}, "PRISM_PREFILTER_SHARE=0.3: PRISM_PREFILTER_KEEP"),
 ]
 
