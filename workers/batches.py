@@ -101,6 +101,8 @@ class BatchDriver:
         """Poll the open batches, take in the ended ones, submit what waits; a progress line."""
         if not self._loaded:
             self._load()
+            if not self._loaded:  # submitting now could send again what an unlisted batch holds
+                return "batches: waiting for the provider to list this run's batches"
         self._read_pending()
         for record in [r for r in self.records.values() if not r["ingested"]]:
             try:
@@ -133,8 +135,7 @@ class BatchDriver:
             record = json.loads(self.store.get(key))
             self.records[record["id"]] = record
         self._read_pending()
-        self._adopt()
-        self._loaded = True
+        self._loaded = self._adopt()
 
     def _read_pending(self) -> None:
         listed = {k.rsplit("/", 1)[-1].removesuffix(".json"): k for k in self.store.keys(self.layout.batch("pending"))}
@@ -147,24 +148,28 @@ class BatchDriver:
                 except KeyError:  # taken in between
                     continue
 
-    def _adopt(self) -> None:
-        """Batches this run submitted whose record a killed producer did not get to store."""
+    def _adopt(self) -> bool:
+        """Batches this run submitted whose record a killed producer did not get to store; False
+        when the provider could not say (it is down): the next poll asks again."""
         stages = {e["stage"] for e in self.pending.values()} | {r["stage"] for r in self.records.values()}
         endpoints = {self.gateway.endpoint(s).key: s for s in sorted(stages)}
         for stage in endpoints.values():
             try:
                 listed = self.gateway.list_batches(stage)
+                unknown = [
+                    (view, self.gateway.batch_file(stage, view["input_file_id"]))
+                    for view in listed
+                    if (view.get("metadata") or {}).get("prism_run") == self.run_id and view["id"] not in self.records
+                ]
             except BatchApiError as err:
                 log.warning("batch list failed", error=str(err))
-                continue
-            for view in listed:
-                if (view.get("metadata") or {}).get("prism_run") != self.run_id or view["id"] in self.records:
-                    continue
-                data = self.gateway.batch_file(stage, view["input_file_id"])
+                return False
+            for view, data in unknown:
                 ids = [json.loads(raw)["custom_id"] for raw in data.splitlines() if raw.strip()]
                 model = json.loads(data.splitlines()[0])["body"]["model"] if ids else ""
                 self._record(view, stage, model, ids)
                 log.info("batch adopted", batch_id=view["id"], lines=len(ids))
+        return True
 
     def _record(self, view: dict, stage: Stage, model: str, ids: list[str]) -> dict:
         # Who asked, for the accounting: one file may hold several stages of one model and endpoint.

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 import redis
 
-from prism.llm import AwaitingBatch, BudgetExhausted, Endpoint, Gateway, batching, recording, spending
+from prism.llm import AwaitingBatch, BudgetExhausted, Endpoint, Gateway, RetryPolicy, batching, recording, spending
 from prism.models import RunConfig, Usage
 from prism.pricing import PriceTable
 from prism.testing.batches import BatchConfig
@@ -64,10 +64,10 @@ def _until_ended(driver: BatchDriver) -> None:
         time.sleep(0.05)
 
 
-def _setup(tmp_path, sim):
+def _setup(tmp_path, sim, policy: RetryPolicy | None = None):
     store = LocalStore(tmp_path / "results")
     cache = TieredCache(None, store, 3600, 3600)
-    gateway = Gateway(Endpoint(base_url=sim.url, api_key="x"), PriceTable.load(), cache=cache)
+    gateway = Gateway(Endpoint(base_url=sim.url, api_key="x"), PriceTable.load(), policy or RetryPolicy(), cache=cache)
     return store, gateway
 
 
@@ -95,6 +95,25 @@ def test_a_driver_that_lost_its_record_adopts_the_batch_and_pays_each_line_once(
         assert call.usd == PriceTable.load().usd("gpt-5-mini", call.usage) / 2  # type: ignore[operator]
     second.tick()
     assert len([k for k in store.keys("runs/r1/spent/")]) == 2  # taken in once
+
+
+def test_a_driver_that_cannot_list_its_batches_submits_nothing_until_it_can(tmp_path, sim):
+    """While the provider is down a restarted driver cannot know which lines its lost batch holds:
+    it sends nothing (sending them again would pay twice), then adopts the batch once it answers."""
+    store, gateway = _setup(tmp_path, sim, RetryPolicy(max_attempts=2, backoff_base_s=0.05, backoff_cap_s=0.1))
+    for i in range(2):
+        with pytest.raises(AwaitingBatch):
+            _ask(gateway, store, "r1", i)
+    first = BatchDriver(store, "r1", gateway, BatchLimits(gather_s=0))
+    first.tick()
+    (record,) = first.records.values()
+    store.delete(RunLayout("r1").batch("batches", record["id"]))  # killed before storing it
+    sim.outage(30)
+    second = BatchDriver(store, "r1", gateway, BatchLimits(gather_s=0))
+    assert "waiting for the provider" in second.tick() and len(sim.batch.batches) == 1
+    sim.outage(0)
+    _until_ended(second)
+    assert list(second.records) == [record["id"]] and len(sim.batch.batches) == 1
 
 
 def _spent(store: LocalStore, key: str):
