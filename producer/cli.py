@@ -87,6 +87,18 @@ PrefilterShareOpt = Annotated[
         help="Or keep the best chunks that fit in this share of the filing's tokens (PRISM_PREFILTER_SHARE).",
     ),
 ]
+QuestionsOpt = Annotated[
+    str | None, typer.Option("--questions", help="A question set (JSONL) over --corpus, instead of INPUT.")
+]
+CorpusOpt = Annotated[str | None, typer.Option("--corpus", help="The corpus (prism ingest) the question set is over.")]
+FilingsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--filings",
+        help="Filings ranked per question: a number, or auto (the best and those scored close to it; "
+        "PRISM_FILINGS_PER_QUESTION).",
+    ),
+]
 FreshOpt = Annotated[
     bool, typer.Option("--fresh", help="Rank every query, even those an earlier run ranked with the same job id.")
 ]
@@ -111,20 +123,9 @@ def run(
     fresh: FreshOpt = False,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = None,
-    questions: Annotated[
-        str | None, typer.Option("--questions", help="A question set (JSONL) to run over --corpus, instead of INPUT.")
-    ] = None,
-    corpus: Annotated[
-        str | None, typer.Option("--corpus", help="The corpus (prism ingest) the question set runs over.")
-    ] = None,
-    filings: Annotated[
-        str | None,
-        typer.Option(
-            "--filings",
-            help="Filings ranked per question: a number, or auto (the best and those scored close to it; "
-            "PRISM_FILINGS_PER_QUESTION).",
-        ),
-    ] = None,
+    questions: QuestionsOpt = None,
+    corpus: CorpusOpt = None,
+    filings: FilingsOpt = None,
     new: Annotated[
         bool,
         typer.Option(
@@ -216,20 +217,9 @@ def estimate(
             min=0, help="Reasoning tokens expected per prompt token on top of that (PRISM's runs: about 0.18)."
         ),
     ] = 0.0,
-    questions: Annotated[
-        str | None, typer.Option("--questions", help="A question set (JSONL) to price over --corpus, instead of INPUT.")
-    ] = None,
-    corpus: Annotated[
-        str | None, typer.Option("--corpus", help="The corpus (prism ingest) the question set runs over.")
-    ] = None,
-    filings: Annotated[
-        str | None,
-        typer.Option(
-            "--filings",
-            help="Filings ranked per question: a number, or auto (the best and those scored close to it; "
-            "PRISM_FILINGS_PER_QUESTION).",
-        ),
-    ] = None,
+    questions: QuestionsOpt = None,
+    corpus: CorpusOpt = None,
+    filings: FilingsOpt = None,
 ) -> None:
     """USD of a run over INPUT, or of a question set over a corpus, before any call: per tier,
     with and without the provider's cache. Nothing is written and no LLM is called."""
