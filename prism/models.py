@@ -187,6 +187,10 @@ class RunConfig(BaseModel):
             raise ValueError(f"output caps must be 0 (no cap) or more tokens, not {bad}")
         return value
 
+    def expected_outputs(self, expected: int) -> dict[Stage, int]:
+        """Output tokens an estimate expects per request, by stage: ``expected``, at most the cap."""
+        return {s: min(expected, self.output_cap(s) or expected) for s in self.models}
+
     def output_cap(self, stage: Stage) -> int | None:
         """The stage's output cap: the one set, else the default for its answer, with room for
         reasoning on a reasoning model; None: no cap."""

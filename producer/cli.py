@@ -234,7 +234,7 @@ def estimate(
     settings = _settings({"doc_ranker": doc_ranker, "chunk_ranker": chunk_ranker, "filings_per_question": filings})
     config = settings.run_config()
     expected = output_tokens if output_tokens is not None else settings.llm_expected_output_tokens
-    outputs = {s: min(expected, config.output_cap(s) or expected) for s in config.models}
+    outputs = config.expected_outputs(expected)
     out = Console(soft_wrap=True)
     if questions is not None:
         assert corpus is not None

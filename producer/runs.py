@@ -484,8 +484,7 @@ class Runs:
         recorded = {k: manifest.settings[k] for k in ("filings_per_question", "service_tier") if k in manifest.settings}
         try:
             settings = self.settings.model_copy(update=recorded)
-            expected = settings.llm_expected_output_tokens
-            outputs = {s: min(expected, config.output_cap(s) or expected) for s in config.models}
+            outputs = config.expected_outputs(settings.llm_expected_output_tokens)
             return estimate_questions(manifest.input, manifest.corpus, settings, config, outputs).estimate
         except Exception as err:  # noqa: BLE001 - the report says why and is written all the same
             return _text(err)
