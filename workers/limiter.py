@@ -147,19 +147,19 @@ class LocalWindows:
     """The same logs in this process, for an embedded run (no Redis)."""
 
     def __init__(self) -> None:
-        self._logs: dict[str, deque[tuple[float, str, int]]] = {}
+        self._logs: dict[str, deque[tuple[float, str]]] = {}  # log -> (time, entry), the oldest first
         self._entries: dict[tuple[str, str], int] = {}  # (log, entry) -> amount
         self._lock = threading.Lock()
 
-    def _prune(self, log: str, rate: Rate, now: float) -> deque[tuple[float, str, int]]:
+    def _prune(self, log: str, rate: Rate, now: float) -> deque[tuple[float, str]]:
         entries = self._logs.setdefault(log, deque())
         while entries and entries[0][0] <= now - rate.seconds - EDGE_S:
-            _, entry, _ = entries.popleft()
+            _, entry = entries.popleft()
             self._entries.pop((log, entry), None)
         return entries
 
-    def _sum(self, log: str, entries: deque[tuple[float, str, int]]) -> int:
-        return sum(self._entries.get((log, e), 0) for _, e, _ in entries)
+    def _sum(self, log: str, entries: deque[tuple[float, str]]) -> int:
+        return sum(self._entries.get((log, e), 0) for _, e in entries)
 
     def take(self, name: str, limits: list[tuple[str, Rate, int]], entry: str, force: bool = False) -> float:
         with self._lock:
@@ -170,7 +170,7 @@ class LocalWindows:
                 over = self._sum(log, entries) + amount - rate.amount
                 if over > 0 and not force:
                     freed, at = 0, now
-                    for entry_at, e, _ in entries:  # the oldest first, until enough has left
+                    for entry_at, e in entries:  # the oldest first, until enough has left
                         freed, at = freed + self._entries.get((log, e), 0), entry_at
                         if freed >= over:
                             break
@@ -178,7 +178,7 @@ class LocalWindows:
             if wait > 0:
                 return wait
             for kind, _, amount in limits:
-                self._logs[keys.limiter_log(name, kind)].append((now, entry, amount))
+                self._logs[keys.limiter_log(name, kind)].append((now, entry))
                 self._entries[(keys.limiter_log(name, kind), entry)] = amount
             return 0.0
 
