@@ -1,6 +1,7 @@
-"""Read the input, check every row, and enqueue one job per valid query that still needs one.
-Chunk rows whose candidate lists are identical (questions over one filing) share one stored
-input; the question travels in the job message.
+"""Read the input, check every row, and enqueue one job per valid query that still needs one:
+a document row's ranking, a chunk row's planning task (tasks/planning.py makes its input and
+fans out its segments on the fleet). A chunk row's candidates are stored once per distinct list
+(questions over one filing share it); the question travels in the job message.
 
 A query whose result this run already holds is skipped (rerun, resume); one that an earlier run
 ranked with the same job id (same input, same config) is copied over instead of ranked again
@@ -10,7 +11,6 @@ plans in flat memory; the plan and the qrels are spooled to disk and stored at t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 import time
@@ -23,16 +23,13 @@ from typing import Literal
 from urllib.parse import urlparse
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
-from prism.llm import Gateway
 from prism.models import Failure, Query, RunConfig, job_id
-from prism.segmenting import TokenCounter
-from prism.strategies import chunks
-from tasks.planning import prefiltered_input
-from tasks.ranking import enqueue_documents, enqueue_level
+from tasks.planning import digest, plan_chunks
+from tasks.ranking import enqueue_documents
 from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys
-from workers.messages import ChunkJob, DocumentJob, Job
+from workers.messages import ChunkJob, DocumentJob, Job, Priority
 from workers.settings import Settings
-from workers.store import open_input, put_model, s3_client
+from workers.store import open_input, s3_client
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
@@ -46,7 +43,6 @@ class Plan:
     documents: int = 0
     chunks: int = 0
     invalid_rows: int = 0
-    segments: int = 0
     already_done: int = 0  # this run held their outcome already
     kept_failures: int = 0  # of those, failures: kept until `prism resume --failed`
     reused: int = 0  # copied from an earlier run with the same job id
@@ -63,7 +59,6 @@ class Plan:
         return {
             "documents": self.documents,
             "chunks": self.chunks,
-            "segments": self.segments,
             "invalid_rows": self.invalid_rows,
         } | ({"questions": self.questions} if self.questions else {})
 
@@ -127,14 +122,13 @@ def plan_run(
     spec: RunSpec,
     ledger: Ledger,
     settings: Settings,
-    gateway: Gateway | None = None,
     budget_spent: Callable[[], bool] = lambda: False,
     on_query: Callable[[Plan], None] = lambda plan: None,
 ) -> Plan:
     """Enqueue a job for every valid query without an outcome in this run."""
     started = time.monotonic()
     store, layout, plan = ledger.store, RunLayout(spec.run_id), Plan()
-    context = _Rows(spec, ledger, TokenCounter(), outcome_keys(store, spec.run_id), budget_spent, gateway)
+    context = _Rows(spec, ledger, outcome_keys(store, spec.run_id), budget_spent)
     files = input_files(spec.input, settings)
     first_line: dict[str, str] = {}
     spools = {name: tempfile.TemporaryFile() for name in ("plan.jsonl", "qrels.jsonl", "warnings.jsonl")}
@@ -195,11 +189,9 @@ class _Rows:
 
     spec: RunSpec
     ledger: Ledger
-    counter: TokenCounter
     listed: set[str]  # the outcomes the run held when planning began
     budget_spent: Callable[[], bool]
-    gateway: Gateway | None
-    shared: dict[str, chunks.Level] = field(default_factory=dict)  # each shared filing input's segments
+    stored: set[str] = field(default_factory=set)  # the candidate lists stored so far
 
 
 def _plan_query(q: Query, source: str, context: _Rows, plan: Plan) -> str:
@@ -232,24 +224,10 @@ def _plan_query(q: Query, source: str, context: _Rows, plan: Plan) -> str:
     if q.task == "documents":
         enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
         return "enqueued"
-    budget = spec.config.segment_tokens
-    if not spec.config.prefilters:  # rows over one filing (identical candidates) share its input
-        digest = hashlib.sha256(json.dumps(q.candidates, ensure_ascii=False).encode()).hexdigest()[:24]
-        key = layout.input(f"filing-{digest}")
-        if digest not in context.shared:
-            data = chunks.prepare("", q.candidates, context.counter, budget)
-            put_model(ledger.store, key, data)  # stored before the jobs that read it are enqueued
-            context.shared[digest] = chunks.first_level(
-                data.costs, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget
-            )
-        level = context.shared[digest]
-        job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
-        enqueue_level(job, 0, level)
-        plan.segments += len(level.segments)
-        return "enqueued"
-    job = ChunkJob(input_key="", n_candidates=len(q.candidates), **common)
-    key, data = prefiltered_input(ledger.store, job, q.question, q.candidates, context.counter, context.gateway)
-    level = chunks.first_level(data.costs, spec.config.top_n, spec.config.segment_top_k, spec.config.segment_budget)
-    enqueue_level(job.model_copy(update={"input_key": key}), 0, level)
-    plan.segments += len(level.segments)
+    key = layout.input(f"candidates-{digest(q.candidates)}")
+    if key not in context.stored and not ledger.store.exists(key):
+        ledger.store.put(key, json.dumps(q.candidates, ensure_ascii=False).encode())
+    context.stored.add(key)
+    job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
+    plan_chunks.apply_async((job.model_dump(mode="json"),), priority=Priority.NEW_WORK)
     return "enqueued"

@@ -218,7 +218,7 @@ class Runs:
             if spec.corpus is not None:  # a question set over a corpus: each question is planned on the fleet
                 plan = enqueue_questions(spec, store, ledger, self.settings)
             else:
-                plan = plan_run(spec, ledger, self.settings, self.runtime.gateway, spent, on_query=on_query)
+                plan = plan_run(spec, ledger, self.settings, spent, on_query=on_query)
         if spec.corpus is not None:
             self.console.print(
                 f"enqueued {plan.questions} questions for planning on the fleet; {plan.invalid_rows} invalid rows"
@@ -230,7 +230,7 @@ class Runs:
         else:
             self.console.print(
                 f"planned {plan.queries} queries ({plan.documents} documents, {plan.chunks} chunks): enqueued "
-                f"{plan.enqueued} ({plan.segments} segments), already done {plan.already_done}, reused "
+                f"{plan.enqueued}, already done {plan.already_done}, reused "
                 f"{plan.reused}, left pending {plan.not_enqueued}; {plan.invalid_rows} invalid rows"
             )
         if plan.kept_failures:

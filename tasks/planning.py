@@ -1,8 +1,8 @@
-"""The planning task: one question of a set over a corpus, planned on the fleet.
+"""The planning tasks: one question of a set over a corpus, or one chunk row, planned on the fleet.
 
-It ranks the filing types (the prior here; any other ranker as a document job this task follows),
-resolves the period, chooses the filings, makes sure each has its chunk input, and enqueues their
-segmented chunk ranking. A question unchanged since the run `--new` starts from, or a pair that
+A question's task ranks the filing types (the prior here; any other ranker as a document job this
+task follows), resolves the period, chooses the filings, and fans each out: its chunk input made
+once, then its segmented chunk ranking enqueued. A chunk row is fanned out the same way. A question unchanged since the run `--new` starts from, or a pair that
 any run ranked with the same job id, reuses that result at $0. Every step is idempotent by key,
 so a redelivered task (a killed worker) or a re-enqueued one (a resume) adds nothing twice; what
 ends a question here is written by the ledger, like every other outcome.
@@ -114,10 +114,31 @@ def plan_question(self: PlanTask, message: dict) -> None:
             ledger.skipped(pair, [])
             planned.state = "pending"
         else:
-            planned.segments = _enqueue_pair(rt, job, pair, fid, version)
+            source = FilingChunks(Corpus(rt.store(job.corpus)), fid, version, rt.counter(Chunking().encoding))
+            planned.segments = fan_out(rt, pair.model_copy(update={"question": q.question}), source)
         plan.pairs.append(planned)
     ledger.planned(job, plan, plan.outcomes)
     log.info("question planned", filings=[p.filing for p in plan.pairs], states=[p.state for p in plan.pairs])
+
+
+class ChunkPlanTask(JobTask):
+    message = ChunkJob
+
+    def failed(self, job: ChunkJob, args: tuple, error: str) -> None:
+        self.runtime.ledger(job.results).failure(job, error, self.paid(job))
+
+    def skipped(self, job: ChunkJob, args: tuple, error: None) -> None:
+        self.runtime.ledger(job.results).skipped(job, self.paid(job))
+
+
+@shared_task(name="prism.plan_chunks", bind=True, base=ChunkPlanTask, ignore_result=True)
+def plan_chunks(self: ChunkPlanTask, message: dict) -> None:
+    """A chunk row of a rows input: its input made (or read: rows over one filing share it),
+    then its segments enqueued, as a question's pair is planned above. ``input_key`` names the
+    row's candidates as the producer stored them."""
+    job, rt = ChunkJob.model_validate(message), self.runtime
+    source = RowChunks(rt.store(job.results), job.input_key, rt.counter(Chunking().encoding))
+    log.info("chunk query planned", segments=fan_out(rt, job, source))
 
 
 # -- what a question is planned from ------------------------------------------------------------
@@ -301,35 +322,70 @@ def _prior_scores(rt: Runtime, config: RunConfig, q: Question) -> dict[str, floa
     return rt.prior(config).form_scores(q.question)
 
 
-def _enqueue_pair(rt: Runtime, job: QuestionJob, pair: ChunkJob, fid: str, version: str) -> int:
-    """The pair's chunk input (the filing's shared one, made once per version and budget, or its
-    own after a pre-filter), then its first-level segments; returns how many."""
-    config, corpus = job.config, Corpus(rt.store(job.corpus))
-    counter = rt.counter(Chunking().encoding)
-    if config.prefilters:  # the kept chunks depend on the question: an input per pair
-        filing = corpus.get_filing(fid, version)
-        texts = [c.text for c in filing.chunks]
-        key, data = prefiltered_input(
-            rt.store(job.results),
-            pair,
-            job.question.question,
-            texts,
-            counter,
-            rt.gateway,
-            corpus.counts(filing, counter),
-        )
-        costs, ready = data.costs, pair.model_copy(update={"input_key": key, "n_candidates": len(filing.chunks)})
+@dataclass(frozen=True)
+class FilingChunks:
+    """A corpus filing version's chunks, for a question over it."""
+
+    corpus: Corpus
+    filing_id: str
+    version: str
+    counter: TokenCounter
+
+    @property
+    def home(self) -> str | None:
+        return self.corpus.store.uri  # a shared input names the corpus store it lives in
+
+    def texts(self) -> tuple[list[str], list[int] | None]:
+        filing = self.corpus.get_filing(self.filing_id, self.version)
+        return [c.text for c in filing.chunks], Corpus.counts(filing, self.counter)
+
+    def shared(self, budget: int) -> tuple[str, list[int]]:
+        key, data = self.corpus.input_for(self.filing_id, self.version, budget, self.counter)
+        return key, data.costs
+
+
+@dataclass(frozen=True)
+class RowChunks:
+    """A row's candidate chunks, stored once in the run by the producer (rows over one filing
+    share them); their input for a budget is kept beside them."""
+
+    store: Store
+    key: str
+    counter: TokenCounter
+    home: str | None = None  # in the run's own store
+
+    def texts(self) -> tuple[list[str], list[int] | None]:
+        return json.loads(self.store.get(self.key)), None
+
+    def shared(self, budget: int) -> tuple[str, list[int]]:
+        key = f"{self.key.removesuffix('.json')}-{budget}.json"
+        try:
+            return key, get_model(self.store, key, chunks.ChunkInput).costs
+        except KeyError:
+            pass
+        data = chunks.prepare("", self.texts()[0], self.counter, budget)
+        put_model(self.store, key, data, if_absent=True)  # stored before the jobs that read it are enqueued
+        return key, data.costs
+
+
+def fan_out(rt: Runtime, job: ChunkJob, source: FilingChunks | RowChunks) -> int:
+    """A chunk query's input, then its first-level segments; returns how many. Without a
+    pre-filter the input is the chunks' shared one (made once per budget, for every question
+    over them); after one it is the query's own, since the kept chunks depend on the question."""
+    config, question = job.config, job.question or ""
+    if config.prefilters:
+        texts, counts = source.texts()
+        key, data = _prefiltered_input(rt.store(job.results), job, question, texts, source.counter, rt.gateway, counts)
+        costs, update = data.costs, {"input_key": key, "n_candidates": len(texts), "corpus": None}
     else:
-        key, shared = corpus.input_for(fid, version, config.segment_tokens, counter)
-        costs = shared.costs
-        update = {"input_key": key, "n_candidates": len(costs), "corpus": corpus.store.uri}
-        ready = pair.model_copy(update=update | {"question": job.question.question})
+        key, costs = source.shared(config.segment_tokens)
+        update = {"input_key": key, "n_candidates": len(costs), "corpus": source.home}
     level = chunks.first_level(costs, config.top_n, config.segment_top_k, config.segment_budget)
-    enqueue_level(ready, 0, level)
+    enqueue_level(job.model_copy(update=update), 0, level)
     return len(level.segments)
 
 
-def prefiltered_input(
+def _prefiltered_input(
     store: Store,
     job: Job,
     question: str,

@@ -73,3 +73,25 @@ def test_a_run_many_chords_deep_completes_on_one_worker_thread(tmp_path, simulat
     assert all(r["segments"] >= 10 and r["levels"] >= 2 for r in chunk_results), [
         (r["segments"], r["levels"]) for r in chunk_results
     ]
+
+
+def test_chunk_rows_over_one_filing_are_planned_on_the_fleet_from_one_stored_input(tmp_path):
+    """The producer stores each distinct candidate list once and sends a planning task per row;
+    the tasks make the list's input once and every row is ranked from it."""
+    filing = [f"Page {i}: revenue by segment was {i * 7} million dollars in fiscal 2023." for i in range(40)]
+    other = [f"Page {i}: the board met {i} times and approved a dividend." for i in range(12)]
+    rows = [{"id": f"q{i}", "task": "chunks", "question": f"What was revenue in segment {i}?"} for i in range(4)]
+    rows[0]["candidates"] = rows[1]["candidates"] = rows[2]["candidates"] = filing
+    rows[3]["candidates"] = other
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = tmp_path / "results"
+    env = fleet_env(None, None, None, PRISM_RESULTS=str(results))
+    done = prism_cli(["run", "rows.jsonl", "--run-id", "shared"], env, tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert manifest(results, "shared")["counts"]["done"] == 4
+    inputs = sorted(p.name for p in (results / "runs/shared/inputs").iterdir())
+    assert len(inputs) == 4 and sum(name.startswith("candidates-") for name in inputs) == 4, inputs
+    stored = [json.loads(p.read_text()) for p in (results / "runs/shared/inputs").iterdir()]
+    assert sorted(len(s) if isinstance(s, list) else len(s["chunks"]) for s in stored) == [12, 12, 40, 40]
+    ranked = [json.loads(p.read_text()) for p in (results / "runs/shared/results/chunks").glob("*.json")]
+    assert sorted(r["n_candidates"] for r in ranked) == [12, 40, 40, 40]

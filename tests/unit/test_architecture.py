@@ -26,3 +26,12 @@ def test_no_import_cycles():
             if graph.chain_exists(imported=module, importer=imported):
                 cycles.append(tuple(sorted((module, imported))))
     assert not sorted(set(cycles)), sorted(set(cycles))
+
+
+def test_the_producer_plans_nothing_heavier_than_ids():
+    """Streaming an input and enqueueing its planning tasks: no tokenizer, no chunking, no
+    pre-filter, no model; the fleet's planning tasks do that work."""
+    graph = grimp.build_graph(*LAYERS)
+    heavy = {"prism.segmenting", "prism.strategies.chunks", "prism.hybrid", "prism.embeddings", "prism.prior"}
+    for planner in ("producer.plan", "producer.questions"):
+        assert not graph.find_modules_directly_imported_by(planner) & heavy, planner
