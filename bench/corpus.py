@@ -125,8 +125,8 @@ def main() -> None:
         os.environ.update({"PRISM_RESULTS": str(work / "results"), "PRISM_CHUNK_RANKER": args.chunk_ranker})
         from rich.console import Console
 
-        from producer.plan import RunSpec
         from producer.runs import Runs, new_run_id
+        from producer.spec import RunSpec
         from workers.priors import with_prior
         from workers.settings import load_settings
 

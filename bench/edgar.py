@@ -213,8 +213,8 @@ def zero_dollar_run(work: Path, questions: Path, chunk_ranker: str | None) -> di
         os.environ["PRISM_CHUNK_RANKER"] = chunk_ranker
     from rich.console import Console
 
-    from producer.plan import RunSpec
     from producer.runs import Runs, new_run_id
+    from producer.spec import RunSpec
     from workers import logs
     from workers.ledger import RunLayout
     from workers.priors import with_prior

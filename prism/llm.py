@@ -42,16 +42,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-import openai
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from prism import batch
 from prism.models import CallRecord, Stage, Usage
 from prism.pricing import PriceTable
 from prism.segmenting import TokenCounter
+
+if TYPE_CHECKING:  # the SDK is imported where a request is made: commands that make none start sooner
+    import openai
 
 OutputCapParam = Literal["auto", "max_completion_tokens", "max_tokens", "both"]
 # The provider caches prompts of at least this many tokens; shorter ones get no key, no pacing.
@@ -401,6 +403,8 @@ class Gateway:
         batch_body: dict | None = None,
     ) -> tuple[dict, CallRecord]:
         """cache -> (batch) -> budget -> limiter and retries -> usage, price, limits settled -> recorded."""
+        import openai
+
         endpoint = self.endpoint(stage)
         started = time.monotonic()
         key = cache_key(endpoint, model, payload)
@@ -533,6 +537,8 @@ class Gateway:
     ):
         """The request with its retries; ``once``: the endpoint is down, and an unavailable
         answer is not asked again."""
+        import openai
+
         client = self._client(endpoint)
         attempts = throttled = timeouts = 0
         down_since: float | None = None  # the first attempt that found the endpoint unavailable
@@ -599,6 +605,8 @@ class Gateway:
 
     def _batch_call(self, stage: Stage, send):
         """One Batch API or Files API request, retried like a chat request."""
+        import openai
+
         client = self._client(self.endpoint(stage))
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
@@ -612,6 +620,8 @@ class Gateway:
             raise BatchApiError(describe(err)) from err
 
     def _client(self, endpoint: Endpoint) -> openai.OpenAI:
+        import openai
+
         if endpoint not in self._clients:
             key, timeout = endpoint.api_key or "unused", self.policy.timeout_s
             self._clients[endpoint] = (
@@ -658,6 +668,8 @@ def prompt_gap(sent: int, usage: Usage | None) -> int | None:
 
 
 def is_retryable(err: BaseException) -> bool:
+    import openai
+
     if isinstance(err, openai.RateLimitError):
         return err.code != "insufficient_quota" and getattr(err, "type", None) != "insufficient_quota"
     if isinstance(err, (openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError)):
@@ -668,6 +680,8 @@ def is_retryable(err: BaseException) -> bool:
 def is_unavailable(err: BaseException) -> bool:
     """The endpoint is down or overloaded, not refusing this request: no connection, a gateway
     error, 503 or 529, or an overloaded error. A timeout is not: the server may be generating."""
+    import openai
+
     if isinstance(err, openai.APITimeoutError):
         return False
     if isinstance(err, openai.APIConnectionError):
@@ -691,6 +705,8 @@ _OVERFLOW_WORDS = ("maximum context length", "context window", "context size")
 
 
 def is_context_overflow(err: BaseException) -> bool:
+    import openai
+
     if not isinstance(err, openai.BadRequestError):
         return False
     message = str(err.message).lower()
@@ -738,6 +754,8 @@ def retry_after(err: BaseException | None) -> float | None:
 
 
 def describe(err: BaseException) -> str:
+    import openai
+
     if isinstance(err, openai.APIStatusError):
         return f"HTTP {err.status_code}" + (f" {err.code}" if err.code else "") + f": {err.message}"
     return f"{type(err).__name__}: {err}"

@@ -11,24 +11,21 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from prism import registry
-from prism.models import RunManifest
-from producer.plan import RunSpec
-from producer.runs import EXIT_CODES, RunEnd, RunError, Runs, check_run_id, new_run_id
-from producer.state import RunState, cost_report, usd_text
+from producer.spec import RunError, RunSpec
 from workers import logs
-from workers.batches import batch_summary
-from workers.circuit import outage_text
-from workers.ledger import last_over
-from workers.priors import PACKAGED, read_prior, with_examples, with_prior
 from workers.settings import Settings, SettingsProblem, load_settings
 from workers.store import Store, open_input, open_store
+
+if TYPE_CHECKING:  # each command imports the run machinery it uses: `--help` and `ingest` start sooner
+    from prism.models import RunManifest
+    from producer.runs import RunEnd, Runs
 
 app = typer.Typer(
     help="Rank financial filings for questions with an LLM fleet (the PRISM method).",
@@ -169,6 +166,10 @@ def run(
         "filings_per_question": filings,
         "via": via,
     }
+    from producer.runs import check_run_id, new_run_id
+    from workers.ledger import last_over
+    from workers.priors import with_examples, with_prior
+
     settings = _settings(flags)
     config = with_examples(with_prior(settings.run_config(), settings), settings)
     spec = RunSpec(
@@ -412,6 +413,10 @@ def resume(
 @app.command()
 def status(run_id: str, results: ResultsOpt = None) -> None:
     """Done, failed and pending jobs, tokens, USD and the time left."""
+    from producer.state import RunState, cost_report, usd_text
+    from workers.batches import batch_summary
+    from workers.circuit import outage_text
+
     runs = _runs(_settings())
     store, manifest = runs.refresh(run_id, results)
     state = RunState(store, run_id).poll()
@@ -452,6 +457,7 @@ def report(
     stored now; for several runs, also a comparison in reports/<time>/ (mean, SD, CV, 95% CI,
     Welch's t-test per configuration)."""
     from producer import analysis
+    from producer.state import RunState
 
     runs = _runs(_settings())
     compared, store = {}, None
@@ -504,6 +510,7 @@ def evaluate(
     answer EM/F1 where present); for several runs, statistics per configuration and Welch's
     t-test. The last line is JSON."""
     from producer import analysis
+    from producer.state import RunState
     from workers.ledger import RunLayout
 
     runs, compared = _runs(_settings()), {}
@@ -531,6 +538,7 @@ def _evidence_metrics(runs: Runs, store: Store, manifest: RunManifest) -> dict:
     """A question-set run's evidence metrics (filing_top1, evidence recall@5 and NDCG@5), kept
     in its evidence_metrics.json."""
     from producer import evidence
+    from producer.state import RunState
     from workers.corpus import Corpus
     from workers.ledger import RunLayout
 
@@ -661,6 +669,7 @@ def prior_eval(
 ) -> None:
     """NDCG@5, MRR@5 and MAP@5 of the prior and of the constant type order on INPUT."""
     from prism.metrics import evaluate as score
+    from workers.priors import PACKAGED, read_prior
 
     settings = _settings()
     prior = read_prior(model or settings.doc_prior or PACKAGED, settings)
@@ -716,11 +725,15 @@ _FLAGS |= {"budget_usd": "budget-usd", "results": "results", "filings_per_questi
 
 
 def _runs(settings: Settings) -> Runs:
+    from producer.runs import Runs
+
     logs.configure(settings.log_level if not settings.embedded else "WARNING")
     return Runs(settings, console)
 
 
 def _end(end: RunEnd, wait: bool) -> None:
+    from producer.runs import EXIT_CODES
+
     if not wait:
         typer.echo(end.manifest.run_id)
         return
@@ -757,6 +770,8 @@ def _metrics_table(metrics: dict) -> Table:
 
 
 def _print_summary(end: RunEnd) -> None:
+    from producer.state import usd_text
+
     manifest, cost, metrics, config = end.manifest, end.cost, end.metrics, end.manifest.config
     out, c, total = Console(soft_wrap=True), manifest.counts, cost["total"]
     why = f" ({manifest.error})" if manifest.error else ""

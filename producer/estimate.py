@@ -31,8 +31,9 @@ from prism.questions import read_questions
 from prism.rankers import asks_llm
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import ChunkInput
-from producer.plan import RunError, RunSpec, invalid_failure
+from producer.plan import invalid_failure
 from producer.questions import question_items, question_job
+from producer.spec import RunError, RunSpec
 from tasks.planning import CorpusView, no_filing
 from workers.corpus import Corpus
 from workers.messages import QuestionJob

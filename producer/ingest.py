@@ -19,7 +19,7 @@ from workers.settings import Settings
 from workers.store import open_store
 
 TASK = "prism.ingest_file"
-POLL_S = 0.2
+POLL_S = 0.05  # one bulk read of the result backend per poll: cheap, and a small re-ingest ends sooner
 
 
 def ingest(
@@ -35,7 +35,7 @@ def ingest(
     chunk input for the configured segment budget is stored with it."""
     target = open_store(corpus, settings)
     origin = open_store(source, settings) if source.startswith("s3://") else source
-    app = make_app(settings)
+    app = make_app(settings, tasks=("tasks.ingest",))
 
     def dispatch(items: list[Source]) -> Iterator[IngestSummary]:
         jobs = [

@@ -16,14 +16,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
 from functools import partial
 from pathlib import Path
-from typing import Literal
 from urllib.parse import urlparse
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
-from prism.models import Failure, Query, RunConfig, job_id
+from prism.models import Failure, Query, job_id
+from producer.spec import RunSpec
 from tasks.planning import digest, plan_chunks
 from tasks.ranking import enqueue_documents
 from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys
@@ -32,10 +31,6 @@ from workers.settings import Settings
 from workers.store import open_input, s3_client
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
-
-
-class RunError(Exception):
-    """A run cannot start or go on; the message says why in one line."""
 
 
 @dataclass
@@ -69,22 +64,6 @@ class Plan:
     @property
     def enqueued(self) -> int:
         return self.queries - self.already_done - self.reused - self.not_enqueued
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """What the producer needs to plan a run; the manifest keeps it for resume."""
-
-    run_id: str
-    input: str
-    results: str
-    config: RunConfig
-    budget_usd: Decimal | None = None
-    reuse: bool = True
-    limit: int | None = None  # plan at most this many queries
-    corpus: str | None = None  # a question set over this corpus (input is the question set)
-    since: str | None = None  # `--new`: the last run over the corpus, whose unchanged questions are copied
-    via: Literal["online", "batch"] = "online"  # batch: the LLM requests go through the Batch API
 
 
 def input_files(uri: str, settings: Settings) -> list[str]:

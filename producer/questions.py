@@ -19,7 +19,8 @@ from prism.ingest.models import FilingEntry
 from prism.models import QuestionPlan, RunManifest
 from prism.periods import FilingsPerQuestion
 from prism.questions import Question, read_questions
-from producer.plan import Plan, RunError, RunSpec, invalid_failure
+from producer.plan import Plan, invalid_failure
+from producer.spec import RunError, RunSpec
 from tasks.planning import digest, plan_question
 from workers import keys
 from workers.corpus import Corpus

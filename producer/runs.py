@@ -27,9 +27,10 @@ from prism.models import PromptCheck, QuestionPlan, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
 from producer.estimate import estimate_questions
-from producer.plan import Plan, RunError, RunSpec, plan_run
+from producer.plan import Plan, plan_run
 from producer.prompt_check import CHECK_NAME, check_prompts
 from producer.questions import enqueue_questions, gather, question_changes
+from producer.spec import RunError, RunSpec
 from producer.state import RunState, cost_report, usd_text
 from workers import keys
 from workers import ledger as ledgers

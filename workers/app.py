@@ -12,8 +12,12 @@ from workers.embedded import BROKER_URL, RESULT_BACKEND
 from workers.messages import Priority
 from workers.settings import Settings, SettingsProblem, load_settings
 
+TASK_MODULES = ("tasks.ranking", "tasks.planning", "tasks.ingest")
 
-def make_app(settings: Settings | None = None) -> Celery:
+
+def make_app(settings: Settings | None = None, tasks: tuple[str, ...] = TASK_MODULES) -> Celery:
+    """The fleet's Celery app; ``tasks``: the task modules a worker of this app loads (an
+    embedded ingest needs only its own, and starts sooner without the rankers')."""
     if settings is None:
         try:
             settings = load_settings()
@@ -21,7 +25,7 @@ def make_app(settings: Settings | None = None) -> Celery:
             raise SystemExit(f"prism worker: {err}") from None
     broker = settings.broker_url or BROKER_URL
     backend = settings.result_backend or settings.broker_url or RESULT_BACKEND
-    app = Celery("prism", broker=broker, backend=backend, include=["tasks.ranking", "tasks.planning", "tasks.ingest"])
+    app = Celery("prism", broker=broker, backend=backend, include=list(tasks))
     app.conf.update(
         # A job is acknowledged only once its result is stored; a worker that dies mid-job
         # leaves it to be delivered again, to another worker.

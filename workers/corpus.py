@@ -432,7 +432,6 @@ def ingest_source(
     """
     started = time.perf_counter()
     chunking = chunking or Chunking()
-    counter = counter or TokenCounter(chunking.encoding)
     corpus = Corpus(store)
     summary = IngestSummary()
     index: dict[str, dict[str, Any]] = {}  # the --meta records, filled by _sources
@@ -454,6 +453,7 @@ def ingest_source(
             continue
         items.append(replace(item, fingerprint=fingerprint))
     if dispatch is None:
+        counter = counter or TokenCounter(chunking.encoding)  # loaded only when something is read here
         for item in items:
             try:
                 data = item.read()

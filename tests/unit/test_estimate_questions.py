@@ -19,8 +19,8 @@ from prism.rankers import asks_llm
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare
 from producer.estimate import estimate_questions, plan_question, read_rows
-from producer.plan import RunError, RunSpec
 from producer.questions import question_job
+from producer.spec import RunError, RunSpec
 from tasks.planning import CorpusView
 from workers.corpus import Corpus, ingest_source
 from workers.priors import PACKAGED, read_prior
