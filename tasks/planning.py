@@ -2,10 +2,11 @@
 
 A question's task ranks the filing types (the prior here; any other ranker as a document job this
 task follows), resolves the period, chooses the filings, and fans each out: its chunk input made
-once, then its segmented chunk ranking enqueued. A chunk row is fanned out the same way. A question unchanged since the run `--new` starts from, or a pair that
-any run ranked with the same job id, reuses that result at $0. Every step is idempotent by key,
-so a redelivered task (a killed worker) or a re-enqueued one (a resume) adds nothing twice; what
-ends a question here is written by the ledger, like every other outcome.
+once, then its segmented chunk ranking enqueued. A chunk row is fanned out the same way. A
+question unchanged since the run `--new` starts from, or a pair that any run ranked with the same
+job id, reuses that result at $0. Every step is idempotent by key, so a redelivered task (a killed
+worker) or a re-enqueued one (a resume) adds nothing twice; what ends a question here is written
+by the ledger, like every other outcome.
 """
 
 from __future__ import annotations
