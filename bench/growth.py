@@ -15,7 +15,9 @@ own resource usage.
 - `plan_s_per_q`: the run manifest's `timings.plan_s` over the number of questions.
 - `reingest_1_changed_s`, `reingest_share`: the largest folder ingested again with one file
   changed, in seconds and as a share of its first ingest; `reingest_growth`: that re-ingest's
-  seconds over the smallest folder's (1.0: the cost follows the change, not the corpus).
+  seconds over the smallest folder's (1.0: the cost follows the change, not the corpus);
+  `fleet_reingest_share`: the same on the 2-worker fleet below (its workers warm, as a nightly
+  fleet's are), against the fleet's first ingest of the folder.
 - `new_night_files`: files written under the run folder by `prism run ... --new` over the
   unchanged corpus, right after the first run (a night with nothing new).
 - `status_s`: `prism status RUN_ID` on the largest run.
@@ -538,6 +540,16 @@ def fleet_run(work: Path, corpus: dict, questions: Path, q: int) -> dict:
         summary = ingest_summary(loaded["err"])
         assert summary["ingested"] == corpus["n"] and summary["failed"] == 0, summary
         print(f"fleet ingest of {corpus['n']} filings on 2 workers: {loaded['wall']:.1f} s wall", flush=True)
+        changed = sorted(corpus["folder"].glob("*.txt"))[1]
+        changed.write_text(changed.read_text() + "\nSubsequent events: a dividend was declared.\n")
+        again = prism(["ingest", str(corpus["folder"]), "--corpus", target], fleet.env, fleet.workdir)
+        summary = ingest_summary(again["err"])
+        assert summary["new_versions"] == 1 and summary["unchanged"] == corpus["n"] - 1, summary
+        print(
+            f"fleet re-ingest, 1 changed: {again['wall']:.2f} s wall ({again['wall'] / loaded['wall']:.3f} of the "
+            f"first), producer CPU {again['cpu']:.2f} s",
+            flush=True,
+        )
         pids = [w.proc.pid for w in fleet.workers]
         before = [tree_cpu(pid) for pid in pids]
         args = ["run", "--questions", str(questions), "--corpus", target, "--results", f"s3://{fleet.bucket}/prism"]
@@ -557,7 +569,7 @@ def fleet_run(work: Path, corpus: dict, questions: Path, q: int) -> dict:
         f"workers {' + '.join(f'{w:.1f}' for w in workers)} s: producer share {share:.2f}",
         flush=True,
     )
-    return {"share": share, "wall": done["wall"]}
+    return {"share": share, "wall": done["wall"], "reingest_share": again["wall"] / loaded["wall"]}
 
 
 def sizes(text: str) -> list[int]:
@@ -592,6 +604,7 @@ def main() -> None:
         reingest_1_changed_s=ingested["reingest"][n]["wall"],
         reingest_share=ingested["reingest"][n]["wall"] / first["wall"],
         reingest_growth=ingested["reingest"][n]["wall"] / ingested["reingest"][small_n]["wall"],
+        fleet_reingest_share=fleet["reingest_share"],
         new_night_files=asked["night"]["files"],
         status_s=asked["status_s"],
         question_set_150_embedded_s=fb["wall"],
