@@ -823,13 +823,9 @@ def main() -> None:
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
     from redis import RedisError
 
-    from prism.datasets import InputFileError, RowError
-    from prism.icl import ExampleStoreError
-    from prism.prior import PriorModelError
-
     try:
         code = app(standalone_mode=False)  # returns the exit status of typer.Exit and --help
-    except (SettingsProblem, RunError, ExampleStoreError, PriorModelError, RowError, InputFileError) as err:
+    except _user_errors() as err:
         _fail(str(err), 2)
     except NoCredentialsError:
         _fail("no AWS credentials for the S3 store: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile)", 2)
@@ -852,6 +848,16 @@ def main() -> None:
             raise
         _fail(f"{type(err).__name__}: {err} (set PRISM_LOG_LEVEL=DEBUG for the traceback)", 1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """The errors a user's input or settings cause; imported only once something is raised, since
+    two live beside heavy modules (the example index, the prior) that most commands never load."""
+    from prism.datasets import InputFileError, RowError
+    from prism.icl import ExampleStoreError
+    from prism.prior import PriorModelError
+
+    return (SettingsProblem, RunError, ExampleStoreError, PriorModelError, RowError, InputFileError)
 
 
 def _debug() -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel
 
@@ -47,8 +47,10 @@ from prism.ingest.accession import accession_of, index_types, is_index, primary_
 from prism.ingest.filings import FOLDER_META, META_SUFFIXES, filing_id_of
 from prism.ingest.meta import unknown_keys
 from prism.segmenting import TokenCounter
-from prism.strategies import chunks
 from workers.store import Store, file_stamp, get_model, put_model, safe_name
+
+if TYPE_CHECKING:  # the rankers' modules load where inputs are made, not where files are listed
+    from prism.strategies import chunks
 
 LAYOUT = ("filings/", "failures/", "versions/", "inputs/")  # and manifest.json
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
@@ -198,6 +200,8 @@ class Corpus:
     @classmethod
     def make_input(cls, filing: Filing, budget: int, counter: TokenCounter) -> FilingInput:
         """A filing's chunk input for a segment budget, made here; nothing is stored."""
+        from prism.strategies import chunks
+
         data = chunks.prepare("", [c.text for c in filing.chunks], counter, budget, counts=cls.counts(filing, counter))
         return FilingInput(
             filing_id=filing.id,
@@ -234,6 +238,8 @@ class Corpus:
     @staticmethod
     def as_chunk_input(filing: Filing, shared: FilingInput) -> chunks.ChunkInput:
         """A filing and its stored input, already in hand, as a ChunkInput with no question."""
+        from prism.strategies import chunks
+
         texts = [shared.truncated.get(c.index, c.text) for c in filing.chunks]
         return chunks.ChunkInput(
             question="",
