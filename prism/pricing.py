@@ -8,8 +8,6 @@ from decimal import Decimal
 from importlib.resources import files
 from pathlib import Path
 
-from genai_prices import Usage as PriceUsage
-from genai_prices import calc_price
 from pydantic import BaseModel
 
 from prism.models import Usage
@@ -69,6 +67,9 @@ class PriceTable:
             cached_rate = rates.cached_input if rates.cached_input is not None else rates.input
             prompt = ((usage.prompt_tokens - cached) * rates.input + cached * cached_rate) / _MILLION
             return prompt * factor, usage.completion_tokens * rates.output / _MILLION * factor
+        from genai_prices import Usage as PriceUsage  # its price data loads here, not in every command
+        from genai_prices import calc_price
+
         # genai-prices counts cached tokens inside input_tokens, as OpenAI's prompt_tokens does.
         priced = PriceUsage(
             input_tokens=usage.prompt_tokens,
