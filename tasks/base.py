@@ -125,5 +125,17 @@ class JobTask(Task):
         return self.retry(args=[*args[:-1], message], countdown=countdown, max_retries=None)
 
 
+class QueryTask(JobTask):
+    """A task whose message is its query's job: what ends the task is the query's outcome."""
+
+    abstract = True
+
+    def failed(self, job: Job, args: tuple, error: str) -> None:
+        self.runtime.ledger(job.results).failure(job, error, self.paid(job))
+
+    def skipped(self, job: Job, args: tuple, error: None) -> None:
+        self.runtime.ledger(job.results).skipped(job, self.paid(job))
+
+
 def _text(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"

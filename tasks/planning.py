@@ -29,7 +29,7 @@ from prism.periods import FilingsPerQuestion, choose_filings, resolve_period
 from prism.questions import Question, cik_number, company_key, company_words
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
-from tasks.base import JobTask
+from tasks.base import JobTask, QueryTask
 from tasks.ranking import enqueue_level, rank_documents
 from workers.corpus import Corpus
 from workers.ledger import Ledger, Outcome, RunLayout
@@ -122,14 +122,8 @@ def plan_question(self: PlanTask, message: dict) -> None:
     log.info("question planned", filings=[p.filing for p in plan.pairs], states=[p.state for p in plan.pairs])
 
 
-class ChunkPlanTask(JobTask):
+class ChunkPlanTask(QueryTask):
     message = ChunkJob
-
-    def failed(self, job: ChunkJob, args: tuple, error: str) -> None:
-        self.runtime.ledger(job.results).failure(job, error, self.paid(job))
-
-    def skipped(self, job: ChunkJob, args: tuple, error: None) -> None:
-        self.runtime.ledger(job.results).skipped(job, self.paid(job))
 
 
 @shared_task(name="prism.plan_chunks", bind=True, base=ChunkPlanTask, ignore_result=True)

@@ -10,21 +10,15 @@ from celery import chord, shared_task
 
 from prism.models import CallRecord, Ranking, SegmentOutcome
 from prism.strategies import chunks
-from tasks.base import JobTask
+from tasks.base import JobTask, QueryTask
 from workers.messages import AggregateJob, ChunkJob, DocumentJob, Priority, SegmentJob
 from workers.runtime import Runtime
 
 log = structlog.get_logger("prism")
 
 
-class DocumentTask(JobTask):
+class DocumentTask(QueryTask):
     message = DocumentJob
-
-    def failed(self, job: DocumentJob, args: tuple, error: str) -> None:
-        self.runtime.ledger(job.results).failure(job, error, self.paid(job))
-
-    def skipped(self, job: DocumentJob, args: tuple, error: None) -> None:
-        self.runtime.ledger(job.results).skipped(job, self.paid(job))
 
 
 class SegmentTask(JobTask):
