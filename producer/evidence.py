@@ -14,6 +14,7 @@ import io
 import json
 import math
 from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from prism.ingest.models import Filing, FilingMeta
 from prism.lexical import cite
@@ -73,26 +74,39 @@ def _shares(values: list[float], temperature: float) -> list[float]:
     return [w / sum(weights) for w in weights]
 
 
-def across_filings(found: list[tuple]) -> list[tuple[float, tuple]]:
+class Found(NamedTuple):
+    """One ranked chunk of a question's pair, before the question's filings are merged."""
+
+    filing: str
+    pair: dict[str, Any]  # the pair's plan row: filing_rank, filing_score, version, query_id
+    position: int  # its rank within its filing
+    chunk: Cited
+    score: float | None  # the ranker's own, where it gives one
+    answer: str
+    ranker: str
+
+
+def across_filings(found: list[Found]) -> list[tuple[float, Found]]:
     """A question's chunks from all of its filings as one ranking, by one score on one scale:
     the filing's share (a softmax of the filings' choice scores, at the temperature of
     --filings auto's margin: a filing that close weighs 1/e of the best) times the chunk's share
     within its filing (a softmax of the ranker's scores where it gives them, else of the ranks'
     reciprocals). A question's scores add up to 1; best first."""
-    by_filing: dict[str, list[tuple]] = {}
+    by_filing: dict[str, list[Found]] = {}
     for entry in found:
-        by_filing.setdefault(entry[1]["filing"], []).append(entry)
-    filings = sorted(by_filing.values(), key=lambda entries: entries[0][1]["filing_rank"])
-    weights = _shares([float(e[0][1].get("filing_score") or 0.0) for e in filings], AUTO_MARGIN)
-    scored = []
+        by_filing.setdefault(entry.filing, []).append(entry)
+    filings = sorted(by_filing.values(), key=lambda entries: entries[0].pair["filing_rank"])
+    weights = _shares([float(entries[0].pair.get("filing_score") or 0.0) for entries in filings], AUTO_MARGIN)
+    scored: list[tuple[float, Found]] = []
     for weight, entries in zip(weights, filings, strict=True):
-        if all(e[4] is not None for e in entries):
-            shares = _shares([e[4] for e in entries], 1.0)
+        scores = [e.score for e in entries]
+        if all(score is not None for score in scores):
+            shares = _shares([float(score or 0.0) for score in scores], 1.0)
         else:
-            reciprocal = [1 / (e[2] + 1) for e in entries]
+            reciprocal = [1 / (e.position + 1) for e in entries]
             shares = [r / sum(reciprocal) for r in reciprocal]
         scored += [(weight * share, e) for share, e in zip(shares, entries, strict=True)]
-    return sorted(scored, key=lambda s: (-s[0], s[1][1]["filing_rank"], s[1][2]))
+    return sorted(scored, key=lambda s: (-s[0], s[1].pair["filing_rank"], s[1].position))
 
 
 def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
@@ -121,7 +135,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
         # a page qrel over a filing without that page is not judged (the run said so when it began)
         judgeable = [r for r in q["qrels"] if r.get("page") is None or 0 < r["page"] <= pages.get(r["filing"], 0)]
         grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in judgeable}
-        chunks: list[tuple[str, dict, int, Cited, float | None, str, str]] = []  # one entry per ranked chunk
+        chunks: list[Found] = []
         for pair in sorted(pairs.get(qid, []), key=lambda p: p["filing_rank"]):
             result = results.get(pair["query_id"])
             if result is None:
@@ -137,7 +151,7 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
             ranker = result.ranking.ranker or ""
             for position, chunk in enumerate(cited):
                 score = float(scores[position]) if position < len(scores) else None
-                chunks.append((pair["filing"], pair, position, chunk, score, answer, ranker))
+                chunks.append(Found(pair["filing"], pair, position, chunk, score, answer, ranker))
         ranked: list[tuple[str, int | str | None]] = []
         for score, (fid, pair, _, chunk, _, answer, ranker) in across_filings(chunks):
             meta = manifest.filings[fid].meta

@@ -1,11 +1,13 @@
 """One ranking across a question's filings, by one score."""
 
-from producer.evidence import across_filings
+from prism.models import Cited
+from producer.evidence import Found, across_filings
 
 
-def _entries(filing: str, rank: int, score: float, ranker_scores: list[float] | None, n: int = 3) -> list[tuple]:
+def _entries(filing: str, rank: int, score: float, ranker_scores: list[float] | None, n: int = 3) -> list[Found]:
     pair = {"filing": filing, "filing_rank": rank, "filing_score": score}
-    return [(filing, pair, p, p, ranker_scores[p] if ranker_scores else None, "", "llm") for p in range(n)]
+    chunk = Cited(chunk_id=f"{filing}:0", excerpt="")
+    return [Found(filing, pair, p, chunk, ranker_scores[p] if ranker_scores else None, "", "llm") for p in range(n)]
 
 
 def test_scores_add_up_to_one_and_a_close_filing_interleaves_a_far_one_follows():
