@@ -29,12 +29,15 @@ import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import redis
 from pydantic import BaseModel, field_validator
 
 from prism.llm import RateLimited, Reservation
 from workers import keys
+
+if TYPE_CHECKING:  # the client is given: settings load this module's ModelLimits without loading redis
+    import redis
 
 EDGE_S = 0.1  # how much longer than its window an entry is kept
 _RATE = re.compile(r"\s*(\d+)\s*(?:/|per)\s*(\d+)?\s*(second|minute|hour|day)s?\s*", re.IGNORECASE)
