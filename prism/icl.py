@@ -16,12 +16,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import faiss
 import numpy as np
 
 from prism.embeddings import Embedder
 from prism.models import FILING_TYPES, Query
+
+if TYPE_CHECKING:  # faiss loads where an index is built or read: a worker that only ingests never pays it
+    import faiss
 
 INDEX, EXAMPLES, META = "icl.faiss", "examples.jsonl", "icl.json"
 
@@ -48,6 +51,8 @@ class ExampleStore:
         rows = [q for q in queries if q.qrel and any(g > 0 for g in q.qrel.values())]
         if not rows:
             raise ExampleStoreError("no rows with qrels to build examples from")
+        import faiss
+
         vectors = np.vstack(
             [embedder.embed([q.question for q in rows[i : i + batch]]) for i in range(0, len(rows), batch)]
         )
@@ -95,6 +100,8 @@ class ExampleStore:
         return "\n".join(lines) + "\n"
 
     def to_files(self) -> dict[str, bytes]:
+        import faiss
+
         index = faiss.serialize_index(self.index).tobytes()
         examples = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.examples).encode()
         meta = {k: v for k, v in self.meta.items() if k != "sha256"}
@@ -115,6 +122,8 @@ class ExampleStore:
             )
         meta["sha256"] = expected
         rows = [json.loads(line) for line in examples.decode().splitlines()]
+        import faiss
+
         return cls(faiss.deserialize_index(np.frombuffer(index, dtype=np.uint8)), rows, meta)
 
 
