@@ -11,7 +11,7 @@ from celery import Celery
 from celery.result import ResultSet
 
 from prism.ingest import Chunking
-from workers.app import make_app
+from workers.app import make_app, reach_broker
 from workers.corpus import IngestSummary, Source, ingest_source
 from workers.embedded import embedded_worker
 from workers.messages import IngestJob
@@ -36,6 +36,8 @@ def ingest(
     target = open_store(corpus, settings)
     origin = open_store(source, settings) if source.startswith("s3://") else source
     app = make_app(settings, tasks=("tasks.ingest",))
+    if not settings.embedded:
+        reach_broker(app)
 
     def dispatch(items: list[Source]) -> Iterator[IngestSummary]:
         jobs = [

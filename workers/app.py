@@ -56,6 +56,19 @@ def make_app(settings: Settings | None = None, tasks: tuple[str, ...] = TASK_MOD
     return app
 
 
+def reach_broker(app: Celery) -> None:
+    """Says in one line, at once, that no broker answers at PRISM_BROKER_URL, where a first
+    message would be retried for ~20 s and end in an error that names neither."""
+    from kombu.exceptions import OperationalError
+
+    try:
+        with app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=0)
+    except OperationalError as err:
+        url = app.prism_settings.masked()["broker_url"]
+        raise SettingsProblem(f"PRISM_BROKER_URL={url}: no broker answers there ({err})") from None
+
+
 def __getattr__(name: str) -> Celery:
     """``celery -A workers.app`` reads ``app``: built on first use, so importing this module
     (the producer does) never reads settings."""

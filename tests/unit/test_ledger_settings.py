@@ -90,6 +90,17 @@ def test_a_results_store_that_is_a_file_is_refused_by_name(tmp_path):
     assert f"--results={taken}: a file" in by_flag.stderr and f"PRISM_RESULTS={taken}: a file" in by_variable.stderr
 
 
+def test_an_ingest_to_a_broker_that_does_not_answer_stops_at_once_naming_it(tmp_path):
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    (folder / "acme-2024-10k.txt").write_text("Revenue was $5 million.\n")
+    refused = "redis://:secret@127.0.0.1:1/0"  # port 1: nothing listens, the connection is refused
+    done = _prism(["ingest", str(folder), "--corpus", str(tmp_path / "corpus")], PRISM_BROKER_URL=refused)
+    assert done.returncode == 2, done.stderr
+    assert "PRISM_BROKER_URL=redis://:****@127.0.0.1:1/0: no broker answers there" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "secret" not in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
