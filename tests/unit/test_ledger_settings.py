@@ -102,6 +102,26 @@ def test_an_ingest_to_a_broker_that_does_not_answer_stops_at_once_naming_it(tmp_
 
 
 @pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["run"], {"PRISM_BROKER_URL": "redis://127.0.0.1:1/0"}, "Redis is not reachable: "),
+        (
+            ["status", "nothing", "--results", "s3://bucket/prism"],
+            {"PRISM_S3_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+            "the S3 store refused: ",
+        ),
+    ],
+    ids=["redis", "s3"],
+)
+def test_a_service_that_does_not_answer_is_one_line_naming_its_settings(tmp_path, args, env, expected):
+    done = _prism(args, PRISM_RESULTS=str(tmp_path / "results"), **env)
+    assert done.returncode == 2, done.stderr
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"error: {expected}") and "PRISM_" in error, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
     ("args", "expected"),
     [
         (["run", "--run-id", "../../x"], "--run-id '../../x'"),
