@@ -7,12 +7,14 @@ import json
 import re
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import to_json
 
 from prism import registry
-from prism.registry import ChunkRankerName, DocRankerName, PromptLayout, PromptVariant, Task
+from prism.options import RunOptions, meta, option
+from prism.registry import ChunkRankerName, DocRankerName, Task
 
 # An LLM step. Each may use its own model and endpoint: the five filing types, one segment of
 # a filing, the pool of segment winners, embeddings, or the evidence-selection roles.
@@ -136,40 +138,31 @@ class Ranking(BaseModel):
         return self.model_copy(update={"flags": merged, "notes": notes})
 
 
-class RunConfig(BaseModel):
-    """Everything that decides a ranking. It travels with every job and is part of its id."""
+class RunConfig(RunOptions):
+    """Everything that decides a ranking: the run's options, with the ones set as "auto" or by
+    reference resolved. It travels with every job; what changes a result is in its fingerprint."""
 
-    model_config = ConfigDict(frozen=True)
-
-    doc_ranker: DocRankerName = "lexical"
-    chunk_ranker: ChunkRankerName = "lexical"
-    doc_prompt: PromptVariant = "p4"
-    chunk_prompt: PromptVariant = "p4"
-    prompt_layout: PromptLayout = "question_last"
-    models: dict[Stage, str] = {
-        "documents": "gpt-5-mini",
-        "segments": "gpt-5-mini",
-        "rerank": "gpt-5-mini",
-        "embeddings": "hashed",
-        "evidence": "gpt-5-mini",
-    }
+    doc_ranker: DocRankerName = option("lexical", "the document ranker, resolved", changes="ranking")
+    chunk_ranker: ChunkRankerName = option("lexical", "the chunk ranker, resolved", changes="ranking")
+    models: dict[Stage, str] = option(
+        {
+            "documents": "gpt-5-mini",
+            "segments": "gpt-5-mini",
+            "rerank": "gpt-5-mini",
+            "embeddings": "hashed",
+            "evidence": "gpt-5-mini",
+        },
+        "the model of each stage",
+        changes="ranking",
+    )
     # Per-stage output caps over the defaults (OUTPUT_CAPS); 0: no cap. One number: every stage.
-    max_output_tokens: dict[Stage, int] = {}
-    top_n: int = Field(5, ge=1)
-    segment_top_k: int = Field(10, ge=1)
-    segment_tokens: int = Field(32_000, ge=1_000)
-    prior: str | None = None  # the prior model: "<uri>#<sha256>"
-    cascade_threshold: float | None = None  # None: the model's own, set when it was fitted
-    fuse_weights: tuple[float, float] = (1.0, 1.0)  # prior, LLM
-    icl: dict[Task, int] = {}  # in-context examples per task (0 or absent: none)
-    icl_index: str | None = None  # the example store: "<uri>#<sha256>"
-    prefilter_keep: int | None = None  # keep this many chunks (BM25 + dense) before any LLM
-    prefilter_share: float | None = Field(None, gt=0, lt=1)  # or the best that fit in this share of the tokens
-    dense: str = "financial"  # the pre-filter and hybrid scorer: financial, or BM25 + lsa / an embedder
-    evidence_rounds: int = Field(3, ge=1, le=5)
-    evidence_strictness: Literal["strict", "lenient"] = "strict"
-    evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
-    evidence_granularity: Literal["granularity_coarse", "granularity_fine"] = "granularity_coarse"
+    max_output_tokens: dict[Stage, int] = option({}, "output caps in force, per stage", changes="ranking")
+    prior: str | None = option(None, 'the document prior model: "<uri>#<sha256>"', changes="ranking")
+    fuse_weights: tuple[float, float] = option(
+        (1.0, 1.0), "prior and LLM weights of the fuse ranker", changes="ranking"
+    )
+    icl: dict[Task, int] = option({}, "in-context examples per task (absent: none)", changes="ranking")
+    icl_index: str | None = option(None, 'the example store: "<uri>#<sha256>"', changes="ranking")
 
     @field_validator("max_output_tokens", mode="before")
     @classmethod
@@ -209,11 +202,6 @@ class RunConfig(BaseModel):
         return cap or None
 
     @property
-    def prefilters(self) -> bool:
-        """A pre-filter is on: the kept chunks depend on the question."""
-        return bool(self.prefilter_keep or self.prefilter_share)
-
-    @property
     def segment_budget(self) -> int | None:
         """The tokens of one segment: the LLM's budget; None (the whole filing in one segment)
         for a $0 ranker, which has no context to fill and whose statistics (BM25's, LSA's, the
@@ -222,7 +210,27 @@ class RunConfig(BaseModel):
         return self.segment_tokens if self.uses_llm("chunks") else None
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        """What decides each job's result: the same for the same ranking."""
+        return self._digest("ranking")
+
+    def plan_fingerprint(self) -> str:
+        """What decides a question's result: its ranking, and which filings it is ranked in."""
+        return self._digest("ranking", "plan")
+
+    def _digest(self, *kinds: str) -> str:
+        """The fields that change a result of these kinds with their values: the first ones always,
+        in their first order, and those added since only where set, so a default configuration
+        keeps the job ids it always had."""
+        values, fields = self.model_dump(mode="json"), type(self).model_fields
+        later = [
+            name
+            for name, field in fields.items()
+            if meta(field)["changes"] in kinds
+            and name not in FIRST_FINGERPRINT
+            and getattr(self, name) != field.get_default(call_default_factory=True)
+        ]
+        body = {name: values[name] for name in (*FIRST_FINGERPRINT, *later)}
+        return hashlib.sha256(to_json(body)).hexdigest()[:16]
 
     def ranker_for(self, task: Task) -> str:
         return self.doc_ranker if task == "documents" else self.chunk_ranker
@@ -243,6 +251,33 @@ class RunConfig(BaseModel):
         if (any(self.icl.values()) and self.models["embeddings"] not in local) or self.dense not in local:
             stages.add("embeddings")
         return stages
+
+
+# The fields of the first fingerprint, in their order (see RunConfig._digest).
+FIRST_FINGERPRINT = (
+    "doc_ranker",
+    "chunk_ranker",
+    "doc_prompt",
+    "chunk_prompt",
+    "prompt_layout",
+    "models",
+    "max_output_tokens",
+    "top_n",
+    "segment_top_k",
+    "segment_tokens",
+    "prior",
+    "cascade_threshold",
+    "fuse_weights",
+    "icl",
+    "icl_index",
+    "prefilter_keep",
+    "prefilter_share",
+    "dense",
+    "evidence_rounds",
+    "evidence_strictness",
+    "evidence_focus",
+    "evidence_granularity",
+)
 
 
 def job_id(query: Query, config: RunConfig) -> str:
@@ -338,6 +373,16 @@ class QuestionPlan(BaseModel):
         return (self.documents is not None) + (len(self.pairs) or 1)
 
 
+class Reference(BaseModel):
+    """A job's outcome that is an earlier run's result, named, not copied: nothing was spent."""
+
+    run_id: str
+    task: Task
+    query_id: str
+    result: str  # the key of that result
+    since: str  # the run that stored it
+
+
 class Failure(BaseModel):
     """A query that got no result, and why. Input errors name the line and the field; a query
     stopped by the run's budget is "skipped": pending, not failed."""
@@ -389,14 +434,28 @@ class RunManifest(BaseModel):
     results: str
     created_at: datetime
     finished_at: datetime | None = None
-    config: RunConfig
+    config: RunConfig  # every option of the run (budget, limit and how requests are sent among them)
     settings: dict  # secrets masked
     code_version: str
     embedded: bool
-    budget_usd: Decimal | None = None
     reuse: bool = True  # copy results of earlier runs with the same job id
-    via: Literal["online", "batch"] = "online"  # how LLM requests are sent: one by one, or in Batch API files
     requeues: int = 0  # times missing jobs were enqueued again after the fleet went quiet
     counts: dict[str, int] = {}  # documents, chunks, invalid_rows, done, failed, pending
     prompt_checks: list[PromptCheck] = []  # per endpoint and model, once when the run starts
     timings: dict[str, float] = {}  # plan_s, wall_s
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_in_config(cls, data: Any) -> Any:
+        """A manifest written before every option was in the run's config: its budget, its way of
+        sending and its filings per question moved there."""
+        if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
+            return data
+        config = dict(data["config"])
+        for name in ("budget_usd", "via"):
+            if name in data and name not in config:
+                config[name] = data[name]
+        filings = (data.get("settings") or {}).get("filings_per_question")
+        if filings is not None and "filings_per_question" not in config:
+            config["filings_per_question"] = filings
+        return {k: v for k, v in data.items() if k not in ("budget_usd", "via")} | {"config": config}

@@ -14,9 +14,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Literal
 
 from prism.ingest.models import FilingMeta
+from prism.options import FilingsPerQuestion
 
 _WORDS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4}
 _YEAR = r"((?:19|20)\d{2})"
@@ -195,7 +195,6 @@ def _recency(meta: FilingMeta) -> tuple[int, int, date]:
 # form type's score 1 and recency 0.5 at most, so a filing for another period never comes close.
 AUTO_MARGIN = 0.25
 AUTO_MAX = 3
-FilingsPerQuestion = int | Literal["auto"]
 
 
 @dataclass(frozen=True)

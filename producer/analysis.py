@@ -7,12 +7,16 @@ from __future__ import annotations
 import io
 import json
 from collections import defaultdict
+from datetime import UTC, datetime
 from decimal import Decimal
 from itertools import combinations
+
+from rich.console import Console
 
 from prism.metrics import evidence_precision_recall, exact_match, five_numbers, run_statistics, token_f1, welch
 from prism.models import RunManifest
 from producer.state import RunState, cost_report, run_metrics
+from workers.store import Store
 
 TASKS = ("documents", "chunks")
 
@@ -50,11 +54,9 @@ def summarize(state: RunState) -> dict:
 def evidence_metrics(state: RunState) -> dict | None:
     """Evidence precision and recall against the qrels, answer EM and token F1 against the
     reference answers, over the chunk results that carry evidence."""
-    try:
-        rows = [json.loads(line) for line in state.store.get(state.layout.file("qrels.jsonl")).splitlines()]
-    except KeyError:
+    truth = {row["query_id"]: row for row in state.files.qrels()}
+    if not truth:
         return None
-    truth = {row["query_id"]: row for row in rows}
     scores = defaultdict(list)
     for r in state.results.values():
         details = r.ranking.details
@@ -191,75 +193,106 @@ def plots(
         left_out["ndcg.png"] = "no NDCG@5: no query has qrels over its own candidates, no question over its filings"
     if len(left_out) == 3:
         return {}, left_out
+    out = {}
+    if boxes:
+        out["latency.png"] = _latency(boxes)
+    if bars:
+        costs = [(f"{r[-12:]}\n{t}", c["usd_per_1000_queries"]) for r in names for t, c in runs[r][1]["cost"].items()]
+        out["tokens_cost.png"] = _tokens_cost(bars, costs)
+    if questions and not (comparison or scopes):
+        out["ndcg.png"] = _ndcg_spread(questions)
+    if comparison or scopes:
+        out["ndcg.png"] = _ndcg_bars(comparison, scopes)
+    return out, left_out
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def png(fig) -> bytes:
-        buffer = io.BytesIO()
-        fig.tight_layout()
-        fig.savefig(buffer, format="png", dpi=110)
-        plt.close(fig)
-        return buffer.getvalue()
+    return plt
 
-    out = {}
-    if boxes:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        # A box from the five numbers (the per-job latencies are not kept here).
-        five = [
-            {"med": b["median"], "q1": b["q1"], "q3": b["q3"], "whislo": b["min"], "whishi": b["max"]}
-            for *_, b in boxes
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=110)
+    _pyplot().close(fig)
+    return buffer.getvalue()
+
+
+def _latency(boxes: list) -> bytes:
+    fig, ax = _pyplot().subplots(figsize=(7, 3.5))
+    # A box from the five numbers (the per-job latencies are not kept here).
+    five = [
+        {"med": b["median"], "q1": b["q1"], "q3": b["q3"], "whislo": b["min"], "whishi": b["max"]} for *_, b in boxes
+    ]
+    ax.bxp([f | {"fliers": []} for f in five], showfliers=False)
+    ax.set_xticks(range(1, len(boxes) + 1), [f"{r[-12:]}\n{t}" for r, t, _ in boxes], fontsize=7)
+    ax.set_ylabel("job latency (s)")
+    return _png(fig)
+
+
+def _tokens_cost(bars: list, costs: list) -> bytes:
+    fig, (left, right) = _pyplot().subplots(1, 2, figsize=(9, 3.5))
+    xs = range(len(bars))
+    left.bar(xs, [b[1]["prompt_mean"] for b in bars], label="prompt")
+    left.bar(
+        xs, [b[1]["completion_mean"] for b in bars], bottom=[b[1]["prompt_mean"] for b in bars], label="completion"
+    )
+    left.set_xticks(list(xs), [b[0] for b in bars], fontsize=7)
+    left.legend(fontsize=7)
+    left.set_ylabel("tokens per query")
+    right.bar(range(len(costs)), [c[1] for c in costs], color="tab:green")
+    right.set_xticks(range(len(costs)), [c[0] for c in costs], fontsize=7)
+    right.set_ylabel("USD per 1,000 queries")
+    return _png(fig)
+
+
+def _ndcg_spread(questions: dict[str, float]) -> bytes:
+    fig, ax = _pyplot().subplots(figsize=(7, 3.5))
+    values = list(questions.values())
+    ax.hist(values, bins=[i / 10 for i in range(11)], color="tab:blue")
+    ax.axvline(sum(values) / len(values), color="tab:red", label=f"mean {sum(values) / len(values):.3f}")
+    ax.set_xlabel(f"evidence NDCG@5 of each judged question ({len(values)})")
+    ax.set_ylabel("questions")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _ndcg_bars(comparison: dict | None, scopes: list) -> bytes:
+    fig, ax = _pyplot().subplots(figsize=(7, 3.5))
+    if comparison:
+        picked = [
+            (name, row["all"] if "all" in row else next((row[t] for t in TASKS if t in row), None))
+            for name, row in comparison["configurations"].items()
         ]
-        ax.bxp([f | {"fliers": []} for f in five], showfliers=False)
-        ax.set_xticks(range(1, len(boxes) + 1), [f"{r[-12:]}\n{t}" for r, t, _ in boxes], fontsize=7)
-        ax.set_ylabel("job latency (s)")
-        out["latency.png"] = png(fig)
+        rows: list[tuple[str, dict]] = [(n, st) for n, st in picked if st]
+        errors = [st["mean"] - st["ci95_low"] for _, st in rows]
+        ax.bar(range(len(rows)), [st["mean"] for _, st in rows], yerr=errors, capsize=4)
+        ax.set_xticks(range(len(rows)), [n[:40] for n, _ in rows], fontsize=6, rotation=20, ha="right")
+    else:
+        ax.bar(range(len(scopes)), [v for _, v in scopes])
+        ax.set_xticks(range(len(scopes)), [n for n, _ in scopes], fontsize=7, rotation=20, ha="right")
+    ax.set_ylabel("NDCG@5")
+    ax.set_ylim(0, 1)
+    return _png(fig)
 
-    if bars:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-        xs = range(len(bars))
-        left.bar(xs, [b[1]["prompt_mean"] for b in bars], label="prompt")
-        left.bar(
-            xs, [b[1]["completion_mean"] for b in bars], bottom=[b[1]["prompt_mean"] for b in bars], label="completion"
-        )
-        left.set_xticks(list(xs), [b[0] for b in bars], fontsize=7)
-        left.legend(fontsize=7)
-        left.set_ylabel("tokens per query")
-        costs = [(f"{r[-12:]}\n{t}", c["usd_per_1000_queries"]) for r in names for t, c in runs[r][1]["cost"].items()]
-        right.bar(range(len(costs)), [c[1] for c in costs], color="tab:green")
-        right.set_xticks(range(len(costs)), [c[0] for c in costs], fontsize=7)
-        right.set_ylabel("USD per 1,000 queries")
-        out["tokens_cost.png"] = png(fig)
 
-    if questions and not (comparison or scopes):
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        values = list(questions.values())
-        ax.hist(values, bins=[i / 10 for i in range(11)], color="tab:blue")
-        ax.axvline(sum(values) / len(values), color="tab:red", label=f"mean {sum(values) / len(values):.3f}")
-        ax.set_xlabel(f"evidence NDCG@5 of each judged question ({len(values)})")
-        ax.set_ylabel("questions")
-        ax.legend(fontsize=7)
-        out["ndcg.png"] = png(fig)
-    if comparison or scopes:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        if comparison:
-            picked = [
-                (name, row["all"] if "all" in row else next((row[t] for t in TASKS if t in row), None))
-                for name, row in comparison["configurations"].items()
-            ]
-            rows: list[tuple[str, dict]] = [(n, st) for n, st in picked if st]
-            ax.bar(
-                range(len(rows)),
-                [st["mean"] for _, st in rows],
-                yerr=[st["mean"] - st["ci95_low"] for _, st in rows],
-                capsize=4,
-            )
-            ax.set_xticks(range(len(rows)), [n[:40] for n, _ in rows], fontsize=6, rotation=20, ha="right")
-        else:
-            ax.bar(range(len(scopes)), [v for _, v in scopes])
-            ax.set_xticks(range(len(scopes)), [n for n, _ in scopes], fontsize=7, rotation=20, ha="right")
-        ax.set_ylabel("NDCG@5")
-        ax.set_ylim(0, 1)
-        out["ndcg.png"] = png(fig)
-    return out, left_out
+def write_comparison(store: Store, compared: dict[str, tuple[RunManifest, dict]]) -> str:
+    """Several runs compared, in reports/<time>/ of their store (comparison.json, report.md and
+    its plots); returns that folder."""
+    comparison = compare(compared)
+    folder = "reports/" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    store.put(f"{folder}/comparison.json", json.dumps(comparison, indent=1).encode())
+    text = "# Comparison\n\n" + markdown(compared, comparison)
+    images, left_out = plots(compared, comparison)
+    for name, image in images.items():
+        store.put(f"{folder}/{name}", image)
+        text += f"\n![{name}]({name})\n"
+    text += "".join(f"\n_{name} is left out: {why}._\n" for name, why in left_out.items())
+    store.put(f"{folder}/report.md", text.encode())
+    Console(soft_wrap=True).print(text)
+    return folder

@@ -4,8 +4,6 @@ to import (the CLI loads the planners and the fleet only for the commands that u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Literal
 
 from prism.models import RunConfig
 
@@ -16,15 +14,13 @@ class RunError(Exception):
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What the producer needs to plan a run; the manifest keeps it for resume."""
+    """What the producer needs to plan a run; the manifest keeps it for resume. The options it
+    runs with (budget, limit and how requests are sent among them) are its config's."""
 
     run_id: str
     input: str
     results: str
     config: RunConfig
-    budget_usd: Decimal | None = None
     reuse: bool = True
-    limit: int | None = None  # plan at most this many queries
     corpus: str | None = None  # a question set over this corpus (input is the question set)
     since: str | None = None  # `--new`: the last run over the corpus, whose unchanged questions are copied
-    via: Literal["online", "batch"] = "online"  # batch: the LLM requests go through the Batch API

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from enum import IntEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
 from prism.ingest import Chunking
 from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
-from prism.periods import FilingsPerQuestion
 from prism.questions import Question
+
+
+class TaskName:
+    """The tasks by name: the producer sends them so, without importing what they run."""
+
+    PLAN_QUESTION = "prism.plan_question"
+    PLAN_CHUNKS = "prism.plan_chunks"
+    RANK_DOCUMENTS = "prism.rank_documents"
+    RANK_SEGMENT = "prism.rank_segment"
+    AGGREGATE_SEGMENTS = "prism.aggregate_segments"
+    RANK_WHOLE = "prism.rank_whole"
+    INGEST_FILE = "prism.ingest_file"
 
 
 class Priority(IntEnum):
@@ -33,9 +43,7 @@ class Job(BaseModel):
     line: int
     source: str = ""  # the input file, when the input is a folder or prefix of files
     task: Task
-    config: RunConfig
-    budget_usd: Decimal | None = None
-    via: Literal["online", "batch"] = "online"  # batch: chat requests go through the run's Batch API files
+    config: RunConfig  # the run's options: its budget and how requests are sent too
 
 
 class DocumentJob(Job):
@@ -54,7 +62,6 @@ class QuestionJob(Job):
     question: Question
     corpus: str
     corpus_at: str  # the corpus manifest the run was planned against (written_at): one view per worker
-    filings_per_question: FilingsPerQuestion = 1
     reuse: bool = True  # an earlier run's result for the same job id is reused
     since: str | None = None  # `--new`: a question unchanged since this run reuses its results
     carried: list[CallRecord] = []

@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import AliasChoices, BaseModel, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,14 +22,8 @@ from pydantic_settings import (
 
 from prism.llm import FLEX_TIMEOUT_S, Endpoint, OutputCapParam, RequestOptions, RetryPolicy
 from prism.models import RunConfig, Stage
-from prism.registry import (
-    ChunkRankerSetting,
-    DocRankerSetting,
-    PromptLayout,
-    PromptVariant,
-    ReasoningEffort,
-    ServiceTier,
-)
+from prism.options import PLANNING, RunOptions, option
+from prism.registry import ChunkRankerSetting, DocRankerSetting, ReasoningEffort, ServiceTier
 from workers.limiter import ModelLimits
 
 STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank", "embeddings", "evidence")
@@ -47,115 +40,118 @@ class EndpointOverride(BaseModel):
     output_cap_param: OutputCapParam | None = None
 
 
-class Settings(BaseSettings):
+RESULTS_COMMANDS = ("run", "enqueue", "resume", "status", "report", "eval", "view")
+
+
+class Settings(BaseSettings, RunOptions):
+    """Every setting, each declared once with its help (prism.options): the run options it
+    inherits, and the fleet's own below."""
+
     # Unknown keys in the config file are errors: a misspelled option must not be ignored.
-    model_config = SettingsConfigDict(env_prefix="PRISM_", extra="forbid", populate_by_name=True)
+    model_config = SettingsConfigDict(env_prefix="PRISM_", extra="forbid", populate_by_name=True, frozen=False)
 
     # where things run
-    broker_url: str | None = None  # unset: embedded, in-process workers
-    result_backend: str | None = None  # chord bookkeeping; defaults to the broker
-    results: str = "results"  # a folder, or s3://bucket/prefix
-    s3_endpoint_url: str | None = None  # an S3-compatible server; unset: AWS
-    s3_region: str | None = None
+    broker_url: str | None = option(
+        None, "the fleet's broker (redis://host:6379/0); unset: embedded, in-process workers"
+    )
+    result_backend: str | None = option(None, "chord bookkeeping; unset: the broker")
+    results: str = option(
+        "results", "where runs are written: a folder, or s3://bucket/prefix", commands=RESULTS_COMMANDS
+    )
+    s3_endpoint_url: str | None = option(None, "an S3-compatible server; unset: AWS")
+    s3_region: str | None = option(None, "the S3 region")
 
     # the LLM
-    llm_base_url: str | None = None
-    llm_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("PRISM_LLM_API_KEY", "OPENAI_API_KEY"))
-    llm_provider: Literal["openai", "azure"] = "openai"
-    llm_api_version: str | None = None
-    llm_model: str = "gpt-5-mini"
-    llm_models: dict[Stage, str] = {}  # per-stage models, e.g. {"segments": "gpt-5"}
-    embedder: str = "hashed"  # hashed ($0, offline), minilm ([minilm] extra), or an embeddings model name
-    llm_endpoints: dict[Stage, EndpointOverride] = {}  # per-stage endpoints
-    llm_timeout_s: float | None = Field(None, gt=0)  # default: 120 s, FLEX_TIMEOUT_S under flex
-    llm_timeout_retries: int = Field(1, ge=0)  # re-sends of a timed-out request, apart from llm_max_attempts
-    llm_max_attempts: int = Field(6, ge=1)
-    # An endpoint down (no connection, 502/503/504/529) pauses the jobs that need it, for this long
-    # at most since its first failure; then their calls fail. 30 min rides out a deploy, a restart or
-    # a regional blip, and still ends a night within its window with the failures said.
-    outage_s: float = Field(1800.0, gt=0)
-    llm_backoff_cap_s: float = Field(60.0, ge=0)
-    # Output caps: one number for every stage, or per stage ({"segments": 2048}); 0: no cap.
-    # Unset stages take the defaults in prism.models.OUTPUT_CAPS (+ REASONING_TOKENS for reasoning models).
-    llm_max_output_tokens: int | dict[Stage, int] | None = None
-    llm_output_cap_param: OutputCapParam = "auto"  # the request field for the cap; auto: by provider and base_url
-    # reserved per request (tokens/min, budget) until its use is known; at most the cap
-    llm_expected_output_tokens: int = Field(1000, ge=1)
-    prices_file: Path | None = None  # local price overrides on top of the bundled table
-    # flex: batch prices on ordinary calls, slower, and at times refused (retried, not charged)
-    service_tier: ServiceTier = "standard"
-    reasoning_effort: dict[Stage, ReasoningEffort] = {}  # per stage; unset: not sent (the model's default)
-    prompt_cache_key: bool = True  # send a key per (model, filing segment) so its prefix is cached together
-    prompt_cache_rpm: int = Field(15, ge=1)  # requests per minute per key: above it the provider spills
+    llm_base_url: str | None = option(None, "any OpenAI-compatible server (http://host:8000/v1); unset: OpenAI")
+    llm_api_key: SecretStr | None = option(
+        None,
+        "the API key (or OPENAI_API_KEY)",
+        validation_alias=AliasChoices("PRISM_LLM_API_KEY", "OPENAI_API_KEY"),
+    )
+    llm_provider: Literal["openai", "azure"] = option("openai", "openai, or azure (with PRISM_LLM_API_VERSION)")
+    llm_api_version: str | None = option(None, "Azure's API version")
+    llm_model: str = option("gpt-5-mini", "the model of every stage that PRISM_LLM_MODELS does not name")
+    llm_models: dict[Stage, str] = option({}, 'per-stage models, JSON: {"segments": "gpt-5"}')
+    embedder: str = option("hashed", "hashed ($0, offline), minilm ([minilm] extra), wordllama, or an embeddings model")
+    llm_endpoints: dict[Stage, EndpointOverride] = option(
+        {}, 'per-stage endpoints, JSON: {"segments": {"base_url": "...", "api_key": "..."}}'
+    )
+    llm_timeout_s: float | None = option(None, "a request's timeout; unset: 120 s, 900 s under flex", gt=0)
+    llm_timeout_retries: int = option(1, "re-sends of a timed-out request, apart from PRISM_LLM_MAX_ATTEMPTS", ge=0)
+    llm_max_attempts: int = option(6, "attempts per request on 429 and 5xx", ge=1)
+    # 30 min rides out a deploy, a restart or a regional blip, and still ends a night within its
+    # window with the failures said.
+    outage_s: float = option(
+        1800.0, "how long jobs wait for an LLM endpoint that is down, since its first failure, before they fail", gt=0
+    )
+    llm_backoff_cap_s: float = option(60.0, "the longest wait between two attempts", ge=0)
+    llm_max_output_tokens: int | dict[Stage, int] | None = option(
+        None, 'output caps: one number for every stage or per stage ({"segments": 2048}); 0: none; unset: the defaults'
+    )
+    llm_output_cap_param: OutputCapParam = option(
+        "auto", "the request field of the cap; auto: max_completion_tokens for OpenAI and Azure, max_tokens elsewhere"
+    )
+    llm_expected_output_tokens: int = option(
+        1000,
+        "output tokens reserved per request (limiter, budget, estimate) until its use is known; at most the cap",
+        flag="--output-tokens",
+        commands=("estimate",),
+        ge=1,
+    )
+    prices_file: Path | None = option(None, "local price overrides (TOML) on top of the bundled table")
+    service_tier: ServiceTier = option("standard", "flex: batch prices on ordinary calls, slower, at times refused")
+    reasoning_effort: dict[Stage, ReasoningEffort] = option({}, "per stage; unset: the model's default")
+    prompt_cache_key: bool = option(True, "send a key per (model, filing segment) so its prefix is cached together")
+    prompt_cache_rpm: int = option(15, "requests per minute per key: above it the provider spills", ge=1)
 
     # shared state: the fleet limiter, the hot cache, run budgets, metrics
-    redis_url: str | None = None  # default: the broker, when it is Redis
-    # per model ("*" for any): {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}
-    llm_limits: dict[str, ModelLimits] = {}
-    limiter_max_block_s: float = Field(5.0, ge=0)  # longer waits give the worker slot back
-    # a run first checks that each endpoint's model reads the system prompt (producer.prompt_check)
-    check_system_prompt: bool = True
-    # the share of each limit used: the shared counters approximate the provider's exact window
-    limiter_headroom: float = Field(0.98, gt=0, le=1)
-    cache: bool = True  # answer identical LLM requests from the response cache
-    cache_uri: str | None = None  # durable cache: a folder or s3://...; default: the results store
-    cache_ttl_s: int = Field(90 * 24 * 3600, ge=1)
-    cache_hot_ttl_s: int = Field(24 * 3600, ge=1)
-    budget_usd: Decimal | None = Field(None, gt=0)  # per run; the run stops at this spend
-    # --via batch: requests go in Batch API files at half price; jobs look for their answers
-    # every batch_poll_s, the producer polls the batches as often and submits what has waited
-    # batch_gather_s with nothing new joining; a request is sent online after batch_max_tries batches
-    via: Literal["online", "batch"] = "online"
-    batch_poll_s: float = Field(30.0, gt=0)
-    batch_gather_s: float = Field(10.0, ge=0)
-    batch_max_tries: int = Field(3, ge=1)
-    batch_max_lines: int = Field(50_000, ge=1, le=50_000)
-    batch_max_mb: float = Field(200.0, gt=0, le=200)
-    stall_s: float = Field(120.0, gt=0)  # no progress and nothing running this long: re-enqueue what is missing
-    max_requeues: int = Field(3, ge=0)
+    redis_url: str | None = option(None, "the limiter's, the hot cache's and the budgets' Redis; unset: the broker")
+    llm_limits: dict[str, ModelLimits] = option(
+        {}, 'per model ("*": any), JSON: {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}'
+    )
+    limiter_max_block_s: float = option(5.0, "the longest wait inside a task; longer ones give the worker back", ge=0)
+    check_system_prompt: bool = option(
+        True, "check when a run starts that each endpoint's model reads the system prompt"
+    )
+    limiter_headroom: float = option(0.98, "the share of each limit used", gt=0, le=1)
+    cache: bool = option(True, "answer identical LLM requests from the response cache")
+    cache_uri: str | None = option(None, "the durable response cache: a folder or s3://...; unset: the results store")
+    cache_ttl_s: int = option(90 * 24 * 3600, "how long the durable cache keeps an answer", ge=1)
+    cache_hot_ttl_s: int = option(24 * 3600, "how long Redis keeps an answer's hot copy", ge=1)
+    batch_poll_s: float = option(30.0, "how often batches are polled and jobs look for their answers", gt=0)
+    batch_gather_s: float = option(10.0, "how long waiting requests gather before a batch file goes", ge=0)
+    batch_max_tries: int = option(3, "batches a request goes into before it is sent online", ge=1)
+    batch_max_lines: int = option(50_000, "lines of one Batch API input file", ge=1, le=50_000)
+    batch_max_mb: float = option(200.0, "MB of one Batch API input file", gt=0, le=200)
+    stall_s: float = option(120.0, "no progress and nothing running this long: what is missing is enqueued again", gt=0)
+    max_requeues: int = option(3, "times missing jobs are enqueued again before they are recorded lost", ge=0)
 
     # the method
-    doc_ranker: DocRankerSetting = "auto"  # auto: cascade with an LLM, else prior
-    doc_prior: str | None = None  # the prior model (a folder or s3:// prefix); default: the one shipped
-    cascade_threshold: float | None = None  # default: the model's own (set for a share of queries when fitted)
-    chunk_ranker: ChunkRankerSetting = "auto"  # auto: llm with an LLM, else lexical
-    doc_prompt: PromptVariant = "p4"
-    chunk_prompt: PromptVariant = "p4"
-    prompt_layout: PromptLayout = "question_last"
-    icl_documents: int = Field(0, ge=0)  # in-context examples per document prompt (the method: 5, 10 or 15)
-    icl_chunks: int = Field(0, ge=0)
-    icl_index: str | None = None  # the example store (prism icl build); a folder or s3:// prefix
-    prefilter_keep: int | None = Field(None, ge=1)  # keep this many chunks per filing by the scorer below
-    prefilter_share: float | None = Field(None, gt=0, lt=1)  # or the best that fit in this share of its tokens
-    # financial: the fused financial-page retriever alone ($0); financial-minilm: with MiniLM; else BM25 fused with this dense
-    # half: lsa (per filing, $0), or an embedder (hashed, minilm, a model)
-    dense: str = "financial"
-    evidence_rounds: int = Field(3, ge=1, le=5)
-    evidence_strictness: Literal["strict", "lenient"] = "strict"
-    evidence_focus: Literal["focus_gaps", "focus_support"] = "focus_gaps"
-    evidence_granularity: Literal["granularity_coarse", "granularity_fine"] = "granularity_coarse"
-    top_n: int = Field(5, ge=1)
-    segment_top_k: int = Field(10, ge=1)
-    segment_tokens: int = Field(32_000, ge=1_000)
-    # the filings a question over a corpus is ranked in: the top F, or "auto" (prism.periods.AUTO_MARGIN)
-    filings_per_question: Annotated[int, Field(ge=1, le=20)] | Literal["auto"] = "auto"
+    doc_ranker: DocRankerSetting = option(
+        "auto",
+        "the document ranker; auto: cascade with an LLM, else prior",
+        commands=PLANNING,
+    )
+    doc_prior: str | None = option(None, "the prior model (a folder or s3:// prefix); unset: the one shipped")
+    chunk_ranker: ChunkRankerSetting = option(
+        "auto",
+        "the chunk ranker; auto: llm with an LLM, else financial",
+        commands=PLANNING,
+    )
+    icl_documents: int = option(
+        0, "in-context examples per document prompt (the method: 5, 10 or 15)", commands=PLANNING, ge=0
+    )
+    icl_chunks: int = option(0, "in-context examples per chunk prompt", commands=PLANNING, ge=0)
+    icl_index: str | None = option(None, "the example store (prism icl build): a folder or s3:// prefix")
 
     # the fleet
-    embedded_workers: int = Field(2, ge=1)
-    visibility_timeout_s: int = Field(4 * 3600, ge=1)  # above the longest job, retries and waits included
-    task_time_limit_s: int = Field(3600, ge=120)
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    fault_at: FaultStage | None = None  # fault tests: every job raises at this stage
-
-    @field_validator("filings_per_question", mode="before")
-    @classmethod
-    def _filings(cls, value: Any) -> Any:
-        """One message for a bad value, not one per branch of the union."""
-        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 20):
-            return value
-        if isinstance(value, str) and value.isdigit() and 1 <= int(value) <= 20:
-            return int(value)
-        raise ValueError(f"expected a number of filings from 1 to 20, or auto; got {value!r}")
+    embedded_workers: int = option(2, "worker threads of an embedded run", ge=1)
+    visibility_timeout_s: int = option(
+        4 * 3600, "broker redelivery: above the longest job, retries and waits included", ge=1
+    )
+    task_time_limit_s: int = option(3600, "the longest job", ge=120)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = option("INFO", "DEBUG, INFO, WARNING or ERROR")
+    fault_at: FaultStage | None = option(None, "fault tests: every job raises at this stage")
 
     @field_validator("llm_max_output_tokens")
     @classmethod
@@ -163,13 +159,6 @@ class Settings(BaseSettings):
         caps = value.values() if isinstance(value, dict) else [] if value is None else [value]
         if any(cap < 0 for cap in caps):
             raise ValueError("an output cap is 0 (no cap) or a positive number of tokens")
-        return value
-
-    @field_validator("prefilter_share")
-    @classmethod
-    def _one_prefilter(cls, value: float | None, info: ValidationInfo) -> float | None:
-        if value is not None and info.data.get("prefilter_keep"):
-            raise ValueError("PRISM_PREFILTER_KEEP is set too: the pre-filter keeps a count or a share, not both")
         return value
 
     @field_validator("results", "cache_uri", "doc_prior", "icl_index")
@@ -206,35 +195,22 @@ class Settings(BaseSettings):
     def llm_configured(self) -> bool:
         return bool(self.llm_base_url or self.llm_api_key or self.llm_endpoints)
 
-    def run_config(self, **overrides) -> RunConfig:
+    def run_config(self) -> RunConfig:
+        """The run's options as set, with what is "auto" resolved and the caps in force written out."""
         llm = self.llm_configured
         doc_ranker = self.doc_ranker if self.doc_ranker != "auto" else ("cascade" if llm else "prior")
         chunk_ranker = self.chunk_ranker if self.chunk_ranker != "auto" else ("llm" if llm else "financial")
-        fields = {
+        fields: dict[str, Any] = {name: getattr(self, name) for name in RunOptions.model_fields}
+        fields |= {
             "doc_ranker": doc_ranker,
             "chunk_ranker": chunk_ranker,
-            "cascade_threshold": self.cascade_threshold,
-            "doc_prompt": self.doc_prompt,
-            "chunk_prompt": self.chunk_prompt,
-            "prompt_layout": self.prompt_layout,
             "models": {
                 s: self.llm_models.get(s, self.embedder if s == "embeddings" else self.llm_model) for s in STAGES
             },
             "max_output_tokens": self.llm_max_output_tokens,
-            "top_n": self.top_n,
-            "segment_top_k": self.segment_top_k,
-            "segment_tokens": self.segment_tokens,
             "icl": {t: k for t, k in (("documents", self.icl_documents), ("chunks", self.icl_chunks)) if k},
-            "prefilter_keep": self.prefilter_keep,
-            "prefilter_share": self.prefilter_share,
-            "dense": self.dense,
-            "evidence_rounds": self.evidence_rounds,
-            "evidence_strictness": self.evidence_strictness,
-            "evidence_focus": self.evidence_focus,
-            "evidence_granularity": self.evidence_granularity,
         }
-        fields |= {k: v for k, v in overrides.items() if v is not None}
-        if fields["chunk_ranker"] == "evidence" and not (fields["prefilter_keep"] or fields["prefilter_share"]):
+        if chunk_ranker == "evidence" and not (self.prefilter_keep or self.prefilter_share):
             fields["prefilter_keep"] = 20  # the rounds read every candidate: narrow a filing first
         config = RunConfig(**fields)
         # The caps in force, written out, so the manifest shows them and a new default is a new job id.

@@ -17,7 +17,8 @@ from importlib.resources import files
 from string import Template
 
 from prism.datasets import MARKERS
-from prism.models import FILING_TYPES, PromptLayout, PromptVariant, Task
+from prism.models import FILING_TYPES, Task
+from prism.registry import PromptLayout, PromptVariant
 
 _DIR = files(__package__)
 

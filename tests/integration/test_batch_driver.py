@@ -40,8 +40,7 @@ def _job(run_id: str, query_id: str) -> DocumentJob:
         job_id=query_id,
         query_id=query_id,
         line=1,
-        config=RunConfig(),
-        via="batch",
+        config=RunConfig(via="batch"),
         question="q",
         candidates=["10-K"],
     )

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from prism import registry
+from producer.flags import configuration_page
 from workers.ledger import Outcome, RunLayout
 from workers.settings import Settings
 from workers.store import safe_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PRISM = str(Path(sys.executable).parent / "prism")
+SAMPLE_ROWS = ROOT / "prism" / "data" / "sample.jsonl.gz"
 
 
 def test_safe_names_fit_any_id_and_keep_ids_apart():
@@ -104,7 +106,7 @@ def test_an_ingest_to_a_broker_that_does_not_answer_stops_at_once_naming_it(tmp_
 @pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
-        (["run"], {"PRISM_BROKER_URL": "redis://127.0.0.1:1/0"}, "Redis is not reachable: "),
+        (["run", str(SAMPLE_ROWS)], {"PRISM_BROKER_URL": "redis://127.0.0.1:1/0"}, "Redis is not reachable: "),
         (
             ["status", "nothing", "--results", "s3://bucket/prism"],
             {"PRISM_S3_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
@@ -144,16 +146,12 @@ def test_an_empty_input_is_a_clear_error(tmp_path):
     assert done.returncode == 2 and "no input rows" in done.stderr
 
 
-def test_settings_rankers_and_docs_agree_with_the_registry():
-    readme = (ROOT / "README.md").read_text()
-    table = [line for line in readme.splitlines() if line.startswith("| `")]
-    rows = {m.group(1): line for line in table if (m := re.match(r"\| `(PRISM_[A-Z_]+)`", line))}
+def test_the_configuration_page_is_made_from_the_declarations_and_names_every_ranker():
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert page == configuration_page(), "docs/configuration.md is out of date: run `make docs`"
+    rows = {m.group(1): line for line in page.splitlines() if (m := re.match(r"\| `(PRISM_[A-Z_0-9]+)`", line))}
+    assert set(rows) == {f"PRISM_{name.upper()}" for name in Settings.model_fields}
     for task, variable in (("documents", "PRISM_DOC_RANKER"), ("chunks", "PRISM_CHUNK_RANKER")):
-        assert variable in rows, f"the README's settings table has no row for {variable}"
-        missing = [name for name in registry.names(task) if f"`{name}`" not in rows[variable]]
-        assert not missing, f"the README row of {variable} misses {missing}"
-    fields = {f"PRISM_{name.upper()}" for name in Settings.model_fields}
-    documented = {name for line in table for name in re.findall(r"`(PRISM_[A-Z0-9_]+)`", line)}
-    assert documented - fields == set(), "the README's settings table names settings that do not exist"
-    undocumented = sorted(fields - documented - {"PRISM_LLM_API_KEY"})
-    assert not undocumented, f"settings missing from the README: {undocumented}"
+        missing = [name for name in registry.names(task) if name not in rows[variable]]
+        assert not missing, f"the row of {variable} misses {missing}"
+    assert all(Settings.model_fields[name].description for name in Settings.model_fields), "an option has no help"

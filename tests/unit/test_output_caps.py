@@ -60,8 +60,8 @@ def test_settings_write_the_caps_in_force_into_the_run_config(monkeypatch):
     monkeypatch.setenv("PRISM_LLM_MAX_OUTPUT_TOKENS", '{"segments": 2048}')
     monkeypatch.setenv("PRISM_LLM_OUTPUT_CAP_PARAM", "both")
     monkeypatch.setenv("PRISM_LLM_TIMEOUT_RETRIES", "2")
-    settings = Settings()
-    config = settings.run_config(doc_ranker="llm")
+    settings = Settings(doc_ranker="llm")
+    config = settings.run_config()
     assert config.max_output_tokens == {
         "documents": OUTPUT_CAPS["documents"],
         "rerank": OUTPUT_CAPS["rerank"],
@@ -70,7 +70,7 @@ def test_settings_write_the_caps_in_force_into_the_run_config(monkeypatch):
     assert settings.endpoints()["segments"].output_cap_param == "both"
     assert settings.retry_policy().timeout_retries == 2
     monkeypatch.setenv("PRISM_LLM_MAX_OUTPUT_TOKENS", "300")
-    assert set(Settings().run_config(doc_ranker="llm").max_output_tokens.values()) == {300}
+    assert set(Settings(doc_ranker="llm").run_config().max_output_tokens.values()) == {300}
     monkeypatch.setenv("PRISM_LLM_OUTPUT_CAP_PARAM", "max_length")
     with pytest.raises(ValidationError, match="llm_output_cap_param"):
         Settings()

@@ -1,0 +1,131 @@
+"""`prism ingest` and `prism corpus ls`: filings into a corpus, and what a corpus holds."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from producer.commands.common import console
+from producer.flags import flags, settings_with
+from producer.spec import RunError
+
+if TYPE_CHECKING:
+    from workers.corpus import IngestSummary
+
+corpus_app = typer.Typer(help="What a corpus holds.", no_args_is_help=True)
+CorpusArg = Annotated[str, typer.Option("--corpus", help="The corpus: a folder or s3://bucket/prefix.")]
+SHOWN = 10  # failures and guessed identities printed; the corpus manifest keeps every one
+
+
+@flags("ingest")
+def ingest(
+    source: Annotated[str, typer.Argument(help="A filing, a folder of them, or an s3:// prefix ending in '/'.")],
+    corpus: CorpusArg,
+    meta: Annotated[
+        str | None, typer.Option("--meta", help="A metadata JSONL (company, form type, period) for files without one.")
+    ] = None,
+    chunk_tokens: Annotated[
+        int, typer.Option("--chunk-tokens", min=16, help="Chunk size of HTML and text filings, in tokens.")
+    ] = 512,
+    **options: Any,
+) -> None:
+    """Ingest filings (PDF, HTML, text, or benchmark rows) into a corpus, once per version: an
+    unchanged filing is a no-op, a changed one a new version; a file whose size, time and
+    metadata are as last ingested is not read again. One fleet task per file (in this process
+    when no broker is configured). A filing that cannot be read is a stored failure; the
+    rest go on. Exits 1 when no filing could be ingested."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from prism.ingest.models import Chunking
+    from producer.ingest import ingest as ingest_files
+
+    settings = settings_with(options)
+    if not source.startswith("s3://") and not Path(source).exists():
+        raise RunError(f"{source}: no such file or folder")
+    if meta is not None and not Path(meta).is_file():
+        raise RunError(f"--meta {meta}: no such file")
+    if not corpus.startswith("s3://") and Path(corpus).is_file():
+        raise RunError(f"--corpus {corpus}: is a file; give a folder or an s3:// URI")
+    columns = (TextColumn("ingesting files"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("ingest", total=None)
+        summary = ingest_files(
+            source,
+            corpus,
+            settings,
+            Chunking(chunk_tokens=chunk_tokens),
+            meta,
+            on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+            on_note=lambda text: bar.console.print(f"[yellow]{text}[/yellow]"),
+        )
+    print_ingest(summary, corpus)
+    if not summary.sources:
+        raise RunError(f"{source}: no filings (.pdf, .htm, .html, .txt, .jsonl, .jsonl.gz) found")
+    if summary.failed and not (summary.ingested or summary.unchanged or summary.new_versions):
+        raise typer.Exit(1)
+
+
+def print_ingest(summary: IngestSummary, corpus: str) -> None:
+    """What an ingest did: counts, then the failures, guessed identities and files not read."""
+    console.print(
+        f"{summary.sources} sources: {summary.ingested} filings ingested, {summary.new_versions} new versions, "
+        f"{summary.unchanged} unchanged ({summary.skipped} files not read again), {summary.failed} failed; "
+        f"{summary.pages} pages ({summary.empty_pages} empty), {summary.chunks} chunks, {summary.tokens} tokens "
+        f"in {summary.seconds:.1f} s: {corpus}"
+    )
+    for failure in summary.failures[:SHOWN]:
+        console.print(f"[yellow]not ingested:[/yellow] {failure}", highlight=False)
+    if len(summary.failures) > SHOWN:
+        console.print(f"and {len(summary.failures) - SHOWN} more: the corpus manifest lists every failure")
+    for fid, fields in list(summary.guessed.items())[:SHOWN]:
+        console.print(
+            f"[yellow]identity guessed:[/yellow] {fid}: {fields} (a metadata file overrides)", highlight=False
+        )
+    if len(summary.guessed) > SHOWN:
+        console.print(f"and {len(summary.guessed) - SHOWN} more filings with guessed fields (their meta.guessed)")
+    if summary.unsupported:
+        n, shown = len(summary.unsupported), ", ".join(PurePosixPath(u).name for u in summary.unsupported[:5])
+        more = f" and {n - 5} more" if n > 5 else ""
+        console.print(
+            f"{n} file{'s' if n > 1 else ''} not ingested (not .pdf/.htm/.html/.txt/.jsonl): {shown}{more}",
+            highlight=False,
+        )
+
+
+def sample(
+    target: Annotated[Path, typer.Argument(help="A folder to copy them into (made if missing).")],
+) -> None:
+    """Copy the bundled sample, seven real EDGAR filings and 22 questions about them, into a
+    folder: filings/ to ingest and questions.jsonl to run, to try prism on before your own."""
+    from producer.sample import copy_sample
+
+    if target.exists() and not target.is_dir():
+        raise RunError(f"{target}: is a file; give a folder")
+    filings, questions = copy_sample(target)
+    console.print(f"{filings} filings in {target / 'filings'}, the question set in {questions}", highlight=False)
+
+
+@corpus_app.command("ls")
+def corpus_ls(corpus: CorpusArg) -> None:
+    """Every filing of a corpus: the id a question's qrels name, with its company, CIK, form,
+    period, pages and documents, and the identity fields that were guessed."""
+    from workers.corpus import Corpus
+    from workers.store import open_store
+
+    settings = settings_with({})
+    manifest = Corpus(open_store(corpus, settings)).manifest()
+    if not manifest.filings:
+        raise RunError(f"--corpus {corpus}: no filings there")
+    # one tab-separated line a filing, whole ids: for reading and for scripts alike
+    typer.echo("\t".join(("filing", "company", "cik", "form", "period", "pages", "guessed")))
+    for fid, entry in manifest.filings.items():
+        meta = entry.meta
+        latest = next(v for v in entry.versions if v.version == entry.latest)
+        period = str(meta.period_end) if meta.period_end else (f"FY{meta.fiscal_year}" if meta.fiscal_year else "")
+        row = (fid, meta.company or "", meta.cik or "", meta.form_type or "", period, str(latest.pages))
+        typer.echo("\t".join((*row, ",".join(meta.guessed))))
+    console.print(f"{len(manifest.filings)} filings in {corpus}")
+    if manifest.failures:
+        console.print(f"{len(manifest.failures)} sources gave no filing (the manifest's failures say why)")
