@@ -1,15 +1,13 @@
 """`prism estimate`: what a run would cost before any call, for a benchmark rows file or for a
-question set over a corpus (`--questions Q --corpus C`).
+question set over a corpus (`--questions Q --corpus C`); and the same pricing of the plans a
+question-set run made, for its report's estimate beside what it spent.
 
-A question set is planned here as the fleet's planning task plans it (tasks/planning.py): the
-scope's company through its CorpusView, the period by resolve_period, the filing types' scores,
-the filings by choose_filings, the top `--filings` of them; but without Celery, without an LLM
-call and without writing anything. The filing types are scored by the document prior: where an
-LLM ranks them in the run, its order is not known before its call, so the filing it leads to may
-differ where the period does not settle the choice. Each chosen (question, filing) pair is the
-chunk query the fleet ranks: the filing's chunk input kept in the corpus for the segment budget
-(made in memory, not stored, where the corpus has none for it) with the question, priced by
-prism.estimate with the document call of each question whose filing types an LLM ranks.
+A question set is planned here through prism.planning, as the fleet's planning task plans it
+(the scope's company, the period, the filings `--filings` takes), but without Celery, without an
+LLM call and without writing anything. The filing types are scored by the document prior: where
+an LLM ranks them in the run, its order is not known before its call, so the filing it leads to
+may differ where the period does not settle the choice. Each chosen (question, filing) pair is
+priced from the token counts the corpus stores for that filing version: no filing is read.
 """
 
 from __future__ import annotations
@@ -21,22 +19,20 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
-from prism.estimate import Estimate, estimate
+from prism.estimate import Estimate, Priced, estimate
 from prism.ingest import Chunking
-from prism.models import FILING_TYPES, Query, RunConfig, Stage
-from prism.periods import Choice, choose_filings, resolve_period
+from prism.models import FILING_TYPES, Query, QuestionPlan, RunConfig, Stage
+from prism.periods import Choice
+from prism.planning import CorpusView, choose, in_scope
 from prism.pricing import PriceTable
 from prism.prior import DocPrior
-from prism.questions import read_questions
+from prism.questions import Question, read_questions
 from prism.rankers import asks_llm
 from prism.segmenting import TokenCounter
-from prism.strategies.chunks import ChunkInput
 from producer.plan import invalid_failure
-from producer.questions import question_items, question_job
-from producer.spec import RunError, RunSpec
-from tasks.planning import CorpusView, no_filing
+from producer.questions import question_items
+from producer.spec import RunError
 from workers.corpus import Corpus
-from workers.messages import QuestionJob
 from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
 from workers.store import open_store
@@ -55,59 +51,47 @@ class QuestionSetEstimate(BaseModel):
 
 @dataclass(frozen=True)
 class PlannedQuestion:
-    """One question as planning would leave it: its filings, or why it has none."""
+    """One question as planning would leave it: its period and filings, or why it has none."""
 
-    job: QuestionJob
+    question: Question
     period: str
     filings: list[Choice]
     documents_by_llm: bool  # its filing types are ranked by an LLM call (priced)
     error: str | None = None
 
 
-def plan_question(job: QuestionJob, view: CorpusView, prior: DocPrior) -> PlannedQuestion:
+def plan_question(
+    question: Question, view: CorpusView, prior: DocPrior, config: RunConfig, corpus: str
+) -> PlannedQuestion:
     """The filings the planning task would choose for a question, its filing types scored by the
     prior. As there, a scope with no filing pays for no document ranking."""
-    q = job.question
-    pool = view.pool(q.scope.company)
-    period = resolve_period(q.question, q.scope.period)
-    choices: list[Choice] = []
-    by_llm = False
-    if pool:
-        by_llm = asks_llm(job.config, prior, q.question)
-        choices = choose_filings(
-            period, prior.form_scores(q.question), pool, job.filings_per_question, q.scope.form_types
+    scoped = in_scope(question, view)
+    scores = prior.form_scores(question.question) if scoped.pool else {}
+    choices, error = choose(question, scoped, scores, config, view, corpus)
+    by_llm = bool(scoped.pool) and asks_llm(config, prior, question.question)
+    return PlannedQuestion(question, scoped.period.label(), choices, by_llm, error)
+
+
+def plan_questions(
+    questions: str, corpus: Corpus, settings: Settings, config: RunConfig
+) -> tuple[list[PlannedQuestion], list[str]]:
+    """Every question of a set planned over the corpus (at most ``config.limit``), and its bad lines."""
+    manifest = corpus.manifest()
+    if not manifest.filings:
+        raise RunError(
+            f"--corpus {corpus.store.uri}: no filings there; ingest some first (prism ingest FILES --corpus ...)"
         )
-    error = None if choices else no_filing(job, period.label(), view)
-    return PlannedQuestion(job, period.label(), choices, by_llm, error)
-
-
-def priced_queries(
-    planned: Sequence[PlannedQuestion],
-    corpus: Corpus,
-    versions: dict[str, str],
-    config: RunConfig,
-    counter: TokenCounter,
-) -> Iterator[Query | ChunkInput]:
-    """What the run would send, as prism.estimate prices it: each LLM document ranking, then
-    each pair's chunk query, a filing read once for all the questions that chose it."""
-    questions: dict[str, list[str]] = {}  # filing -> the questions that chose it, in order
-    for p in planned:
-        q = p.job.question
-        if p.documents_by_llm:
-            yield Query(id=q.id, task="documents", question=q.question, candidates=list(FILING_TYPES), line=q.line)
-        for choice in p.filings:
-            questions.setdefault(choice.filing_id, []).append(q.question)
-    for fid, asked in questions.items():
-        if not config.uses_llm("chunks"):  # a $0 ranker: one segment a pair, nothing to read
-            yield from (ChunkInput(question=question, chunks=[], costs=[]) for question in asked)
+    view, prior = CorpusView.of(manifest), read_prior(settings.doc_prior or PACKAGED, settings)
+    planned: list[PlannedQuestion] = []
+    bad: list[str] = []
+    for item in question_items(questions, settings):
+        if isinstance(item, InputFileError | RowError):
+            bad.append(invalid_failure("estimate", questions, item).error)
             continue
-        filing = corpus.get_filing(fid, versions[fid])
-        if config.prefilters:  # the kept chunks depend on the question: prepared per pair
-            texts = [c.text for c in filing.chunks]
-            yield from (Query(id=fid, task="chunks", question=question, candidates=texts) for question in asked)
-            continue
-        shared = Corpus.as_chunk_input(filing, corpus.read_input(filing, config.segment_tokens, counter))
-        yield from (shared.model_copy(update={"question": question}) for question in asked)
+        planned.append(plan_question(item, view, prior, config, corpus.store.uri))
+        if config.limit and len(planned) >= config.limit:
+            break
+    return planned, bad
 
 
 def estimate_questions(
@@ -117,47 +101,63 @@ def estimate_questions(
     config: RunConfig,
     expected_output: dict[Stage, int],
     reasoning_share: float = 0.0,
-    limit: int | None = None,
 ) -> QuestionSetEstimate:
     """A question set over a corpus, planned and priced; nothing is written and no LLM is called."""
     corpus = Corpus(open_store(corpus_uri, settings))
-    manifest = corpus.manifest()
-    if not manifest.filings:
-        raise RunError(f"--corpus {corpus_uri}: no filings there; ingest some first (prism ingest FILES --corpus ...)")
-    view = CorpusView.of(manifest)
-    prior = read_prior(settings.doc_prior or PACKAGED, settings)
-    spec = RunSpec(run_id="estimate", input=questions, results=settings.results, config=config, corpus=corpus.store.uri)
-    at = manifest.written_at.isoformat() if manifest.written_at else ""
-    planned: list[PlannedQuestion] = []
-    bad: list[str] = []
-    for item in question_items(questions, settings):
-        if isinstance(item, InputFileError | RowError):
-            bad.append(invalid_failure(spec.run_id, questions, item).error)
-            continue
-        planned.append(plan_question(question_job(spec, item, at, settings.filings_per_question), view, prior))
-        if limit and len(planned) >= limit:
-            break
+    planned, bad = plan_questions(questions, corpus, settings, config)
     if not planned:
         raise RunError(_nothing_read(questions, bad, rows_hint=True))
-    counter = TokenCounter(Chunking().encoding)
-    queries = priced_queries(planned, corpus, view.versions, config, counter)
-    result = estimate(
-        queries,
-        config,
-        PriceTable.load(settings.prices_file),
-        expected_output,
-        settings.prompt_cache_key,
-        counter,
-        reasoning_share,
-    )
+    view = CorpusView.of(corpus.manifest())
+    pairs = [(p.question.question, c.filing_id, view.versions[c.filing_id]) for p in planned for c in p.filings]
+    documents = [p.question.question for p in planned if p.documents_by_llm]
+    result = price(documents, pairs, corpus, settings, config, expected_output, reasoning_share)
     return QuestionSetEstimate(
         questions=len(planned),
         bad_lines=bad,
-        no_filing=[f"{p.job.question.id} (line {p.job.question.line}): {p.error}" for p in planned if p.error],
-        pairs=sum(len(p.filings) for p in planned),
-        document_calls=sum(p.documents_by_llm for p in planned),
+        no_filing=[f"{p.question.id} (line {p.question.line}): {p.error}" for p in planned if p.error],
+        pairs=len(pairs),
+        document_calls=len(documents),
         estimate=result,
     )
+
+
+def estimate_plans(plans: Sequence[QuestionPlan], corpus: Corpus, settings: Settings, config: RunConfig) -> Estimate:
+    """The plans a question-set run made, priced as `prism estimate` prices a plan: its document
+    rankings and the pairs it ranked (not those it reused from an earlier run, which cost $0)."""
+    documents = [p.question for p in plans if p.documents == "done"]
+    pairs = [(p.question, pair.filing, pair.version) for p in plans for pair in p.pairs if pair.state != "reused"]
+    return price(
+        documents, pairs, corpus, settings, config, config.expected_outputs(settings.llm_expected_output_tokens)
+    )
+
+
+def price(
+    documents: list[str],
+    pairs: list[tuple[str, str, str]],
+    corpus: Corpus,
+    settings: Settings,
+    config: RunConfig,
+    expected_output: dict[Stage, int],
+    reasoning_share: float = 0.0,
+) -> Estimate:
+    """Each document ranking an LLM makes, and each (question, filing, version) pair's chunk query
+    from the token counts the corpus stores."""
+    counter = TokenCounter(Chunking().encoding)
+    entries = corpus.manifest().filings
+
+    def queries() -> Iterator[Query | Priced]:
+        for i, question in enumerate(documents):
+            yield Query(id=f"d{i}", task="documents", question=question, candidates=list(FILING_TYPES))
+        for question, fid, version in pairs:
+            costs = (
+                corpus.token_costs(entries[fid], version, config.segment_tokens, counter)
+                if config.uses_llm("chunks")
+                else []
+            )
+            yield Priced(question, costs, f"{fid}@{version}")
+
+    prices = PriceTable.load(settings.prices_file)
+    return estimate(queries(), config, prices, expected_output, settings.prompt_cache_key, counter, reasoning_share)
 
 
 def read_rows(path: str, limit: int | None = None) -> tuple[list[Query], list[str]]:

@@ -11,8 +11,6 @@ by the ledger, like every other outcome.
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -22,25 +20,26 @@ import structlog
 from celery import shared_task
 
 from prism.hybrid import dense_scorer
-from prism.ingest.models import Chunking, CorpusManifest, FilingMeta
+from prism.ingest.models import Chunking
 from prism.llm import BudgetExhausted, Gateway, recording
-from prism.models import FILING_TYPES, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, RunManifest, job_id
-from prism.periods import FilingsPerQuestion, choose_filings, resolve_period
-from prism.questions import Question, cik_number, company_key, company_words
+from prism.models import FILING_TYPES, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, job_id
+from prism.periods import Choice
+from prism.planning import CorpusView, choose, in_scope, pair_id, pair_job_id
+from prism.questions import Question
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from tasks.base import JobTask, QueryTask
 from tasks.ranking import enqueue_level, rank_documents
 from workers.corpus import Corpus
 from workers.ledger import Ledger, Outcome, RunLayout
-from workers.messages import ChunkJob, DocumentJob, Job, Priority, QuestionJob
+from workers.messages import ChunkJob, DocumentJob, Job, Priority, QuestionJob, TaskName
+from workers.runfiles import RunFiles
 from workers.runtime import Runtime
 from workers.store import Store, get_model, put_model
 
 log = structlog.get_logger("prism")
 Standing = Literal["unchanged", "new_question", "changed_question", "changed_filings"]
 DocumentState = Literal["done", "reused"]
-NO_FILING = "no filing in scope"
 
 
 class PlanTask(JobTask):
@@ -57,76 +56,87 @@ class PlanTask(JobTask):
         ledger.planned(job, _record(job, error="the run's budget is spent"), 1)
 
 
-@shared_task(name="prism.plan_question", bind=True, base=PlanTask, ignore_result=True)
+@shared_task(name=TaskName.PLAN_QUESTION, bind=True, base=PlanTask, ignore_result=True)
 def plan_question(self: PlanTask, message: dict) -> None:
     job, rt = QuestionJob.model_validate(message), self.runtime
     ledger = rt.ledger(job.results)
-    view: CorpusView = rt.kept(("corpus", job.corpus, job.corpus_at), lambda: CorpusView.read(rt, job.corpus))
-    pool = view.pool(job.question.scope.company)
-    plan = _record(job, pool=view.pool_digest(pool))
-    if job.since is not None:
-        earlier: Earlier = rt.kept(("earlier", job.results, job.since), lambda: Earlier.read(rt, job))
-        plan.since = earlier.compare(job, plan)
-        if plan.since == "unchanged" and earlier.reuse(job, plan, ledger):
-            ledger.planned(job, plan, plan.outcomes)
-            return
-        if plan.since == "unchanged":  # an earlier result is missing: ranked again
-            plan.since = "changed_filings"
-    q = job.question
-    period = resolve_period(q.question, q.scope.period)
-    plan.period = period.label()
-    choices = []
-    if pool:  # a scope with no filing pays for no form ranking
+    view: CorpusView = rt.kept(("corpus", job.corpus, job.corpus_at), lambda: _view(rt, job.corpus))
+    scoped = in_scope(job.question, view)
+    plan = _record(job, pool=view.pool_digest(scoped.pool), period=scoped.period.label())
+    if job.since is not None and _reused_since(rt, job, plan, ledger):
+        return
+    scores: dict[str, float] = {}
+    if scoped.pool:  # a scope with no filing pays for no form ranking
         forms = _forms(rt, ledger, job, message)
         if forms is None:
             return  # its document job is on the fleet and plans the question again when it is done
         scores, plan.forms_ranked_by, plan.documents = forms
-        choices = choose_filings(period, scores, pool, job.filings_per_question, q.scope.form_types)
-    if not choices:
-        plan.error = no_filing(job, period.label(), view)
-        if not ledger.has_outcome(job):
-            ledger.failure(job, plan.error, self.paid(job))
-        ledger.planned(job, plan, plan.outcomes)
-        return
-    budget = rt.budget(job)
-    for rank, choice in enumerate(choices, start=1):
-        fid, version = choice.filing_id, view.versions[choice.filing_id]
-        pair = ChunkJob(
-            **_common(job),
-            job_id=pair_job_id(q.question, fid, version, job.config),
-            query_id=pair_id(q.id, fid),
-            input_key="",
-            n_candidates=0,
-        )
-        planned = PlannedPair(
-            query_id=pair.query_id,
-            filing=fid,
-            version=version,
-            filing_rank=rank,
-            filing_score=choice.score,
-            reason=choice.reason,
-            state="enqueued",
-        )
-        if ledger.has_outcome(pair):
-            planned.state = "done"
-        elif job.reuse and (found := ledger.reusable(pair)) and ledger.reference(pair, found):
-            planned.state, planned.reused, planned.since = "reused", found, RunLayout.run_of(found)
-        elif budget is not None and budget.exhausted():
-            ledger.skipped(pair, [])
-            planned.state = "pending"
-        else:
-            source = FilingChunks(Corpus(rt.store(job.corpus)), fid, version, rt.counter(Chunking().encoding))
-            planned.segments = fan_out(rt, pair.model_copy(update={"question": q.question}), source)
-        plan.pairs.append(planned)
+    choices, plan.error = choose(job.question, scoped, scores, job.config, view, job.corpus)
+    if plan.error is not None and not ledger.has_outcome(job):
+        ledger.failure(job, plan.error, self.paid(job))
+    plan.pairs = [_pair(rt, ledger, job, rank, choice, view) for rank, choice in enumerate(choices, start=1)]
     ledger.planned(job, plan, plan.outcomes)
     log.info("question planned", filings=[p.filing for p in plan.pairs], states=[p.state for p in plan.pairs])
+
+
+def _view(rt: Runtime, uri: str) -> CorpusView:
+    return CorpusView.of(Corpus(rt.store(uri)).manifest())
+
+
+def _reused_since(rt: Runtime, job: QuestionJob, plan: QuestionPlan, ledger: Ledger) -> bool:
+    """A `--new` run's question unchanged since the run it starts from: that run's results are
+    this one's, and the question is planned (True). Else how it stands is noted on its plan."""
+    assert job.since is not None
+    earlier: Earlier = rt.kept(("earlier", job.results, job.since), lambda: Earlier.read(rt, job))
+    plan.since = earlier.compare(job, plan)
+    if plan.since == "unchanged" and earlier.reuse(job, plan, ledger):
+        ledger.planned(job, plan, plan.outcomes)
+        return True
+    if plan.since == "unchanged":  # an earlier result is missing: ranked again
+        plan.since = "changed_filings"
+    return False
+
+
+def _pair(rt: Runtime, ledger: Ledger, job: QuestionJob, rank: int, choice: Choice, view: CorpusView) -> PlannedPair:
+    """One chosen filing of a question: its pair done, reused, left pending by the budget, or
+    enqueued for ranking."""
+    q, fid = job.question, choice.filing_id
+    version = view.versions[fid]
+    pair = ChunkJob(
+        **_common(job),
+        job_id=pair_job_id(q.question, fid, version, job.config),
+        query_id=pair_id(q.id, fid),
+        input_key="",
+        n_candidates=0,
+    )
+    planned = PlannedPair(
+        query_id=pair.query_id,
+        filing=fid,
+        version=version,
+        filing_rank=rank,
+        filing_score=choice.score,
+        reason=choice.reason,
+        state="enqueued",
+    )
+    budget = rt.budget(job)
+    if ledger.has_outcome(pair):
+        planned.state = "done"
+    elif job.reuse and (found := ledger.reusable(pair)) and ledger.reference(pair, found):
+        planned.state, planned.reused, planned.since = "reused", found, RunLayout.run_of(found)
+    elif budget is not None and budget.exhausted():
+        ledger.skipped(pair, [])
+        planned.state = "pending"
+    else:
+        source = FilingChunks(Corpus(rt.store(job.corpus)), fid, version, rt.counter(Chunking().encoding))
+        planned.segments = fan_out(rt, pair.model_copy(update={"question": q.question}), source)
+    return planned
 
 
 class ChunkPlanTask(QueryTask):
     message = ChunkJob
 
 
-@shared_task(name="prism.plan_chunks", bind=True, base=ChunkPlanTask, ignore_result=True)
+@shared_task(name=TaskName.PLAN_CHUNKS, bind=True, base=ChunkPlanTask, ignore_result=True)
 def plan_chunks(self: ChunkPlanTask, message: dict) -> None:
     """A chunk row of a rows input: its input made (or read: rows over one filing share it),
     then its segments enqueued, as a question's pair is planned above. ``input_key`` names the
@@ -139,93 +149,6 @@ def plan_chunks(self: ChunkPlanTask, message: dict) -> None:
 # -- what a question is planned from ------------------------------------------------------------
 
 
-Filings = list[tuple[str, FilingMeta]]
-CompanyId = int | str  # a CIK, or the name key of filings that carry none
-
-
-class CorpusView:
-    """What planning reads of a corpus: each filing's metadata and latest version, and lookups that
-    resolve a scope's company (a CIK, a ticker, a name, or a name's first words) to its filings.
-
-    A company is a CIK: its filings under every name it filed as. A scope matches by CIK, then
-    whole name, then ticker; failing those, by a name's first words, and only when they fit one
-    company (an exact name is never lost to a longer one, "Apple" is not "Apple Hospitality")."""
-
-    def __init__(self, everything: Filings, versions: dict[str, str] | None = None) -> None:
-        self.everything, self.versions = everything, versions or {}
-        self.companies: dict[CompanyId, Filings] = {}
-        self.named: dict[CompanyId, str] = {}  # the name it first filed under, for messages
-        self.by_key: dict[str, set[CompanyId]] = {}
-        self.by_ticker: dict[str, set[CompanyId]] = {}
-        self.by_prefix: dict[str, set[str]] = {}  # a key's first words -> the keys they begin
-        self.names: dict[str, str] = {}  # key -> a name as filed
-        words_of = {m.company: company_words(m.company) for _, m in everything if m.company}  # once a name
-        ciks: dict[str, set[int]] = {}
-        for _, meta in everything:
-            if meta.company and (cik := cik_number(meta.cik)) is not None:
-                ciks.setdefault("".join(words_of[meta.company]), set()).add(cik)
-        for fid, meta in everything:
-            words = words_of[meta.company] if meta.company else ()
-            key, cik = "".join(words), cik_number(meta.cik)
-            if cik is None and len(ciks.get(key, ())) == 1:
-                cik = next(iter(ciks[key]))  # no CIK of its own: the one company filing under its name
-            company = cik if cik is not None else key
-            if company == "":
-                continue  # neither a CIK nor a name: only an unscoped question reaches it
-            self.companies.setdefault(company, []).append((fid, meta))
-            if meta.ticker:
-                self.by_ticker.setdefault(meta.ticker.strip().upper(), set()).add(company)
-            if key and meta.company:
-                self.named.setdefault(company, meta.company)
-                self.names.setdefault(key, meta.company)
-                self.by_key.setdefault(key, set()).add(company)
-                for n in range(1, len(words)):
-                    self.by_prefix.setdefault("".join(words[:n]), set()).add(key)
-
-    @classmethod
-    def read(cls, rt: Runtime, uri: str) -> CorpusView:
-        return cls.of(Corpus(rt.store(uri)).manifest())
-
-    @classmethod
-    def of(cls, manifest: CorpusManifest) -> CorpusView:
-        everything = [(fid, entry.meta) for fid, entry in manifest.filings.items()]
-        return cls(everything, {fid: e.latest for fid, e in manifest.filings.items()})
-
-    def match(self, company: str) -> tuple[set[CompanyId], bool]:
-        """The companies a scope names, and whether it names them outright (not by first words)."""
-        cik = cik_number(company)
-        if cik is not None and cik in self.companies:
-            return {cik}, True
-        key = company_key(company)
-        found = self.by_key.get(key) or self.by_ticker.get(company.strip().upper())
-        if found:
-            return found, True
-        return {c for k in self.by_prefix.get(key, ()) for c in self.by_key[k]}, False
-
-    def pool(self, company: str | None) -> Filings:
-        if not company:
-            return self.everything
-        found, outright = self.match(company)
-        if len(found) > 1 and not outright:
-            return []  # first words that fit several companies: none is guessed
-        return [f for c in sorted(found, key=str) for f in self.companies[c]]
-
-    def hint(self, company: str) -> str:
-        """What a no-filing error adds about a scope's company: the companies its words fit when
-        they fit several, the closest names when it names none; nothing when it names one."""
-        found, outright = self.match(company)
-        if len(found) > 1 and not outright:
-            return f"; {company!r} could be any of: {', '.join(sorted(self.named[c] for c in found))}"
-        if found:
-            return ""
-        close = difflib.get_close_matches(company_key(company), list(self.names), n=3, cutoff=0.5)
-        return f"; closest companies in the corpus: {', '.join(self.names[k] for k in close)}" if close else ""
-
-    def pool_digest(self, pool: Filings) -> str:
-        """The filings of a scope at their versions: unchanged while none is added, changed or removed."""
-        return digest(sorted((fid, self.versions[fid]) for fid, _ in pool))
-
-
 @dataclass(frozen=True)
 class Earlier:
     """The run a `--new` run starts from: each question as it was planned there."""
@@ -233,16 +156,12 @@ class Earlier:
     run_id: str
     questions: dict[str, dict]
     config: RunConfig
-    filings_per_question: FilingsPerQuestion | None
 
     @classmethod
     def read(cls, rt: Runtime, job: QuestionJob) -> Earlier:
         assert job.since is not None
-        store, layout = rt.store(job.results), RunLayout(job.since)
-        manifest = get_model(store, layout.file("manifest.json"), RunManifest)
-        lines = store.get(layout.file("questions.jsonl")).decode().splitlines()
-        questions = {r["question_id"]: r for r in map(json.loads, filter(None, lines))}
-        return cls(job.since, questions, manifest.config, manifest.settings.get("filings_per_question"))
+        files = RunFiles(rt.store(job.results), job.since)
+        return cls(job.since, {r["question_id"]: r for r in files.questions()}, files.manifest().config)
 
     def compare(self, job: QuestionJob, plan: QuestionPlan) -> Standing:
         """How the question stands against the earlier run: unchanged (same text and scope,
@@ -252,8 +171,7 @@ class Earlier:
             return "new_question"
         if before["question"] != plan.question or before["scope"] != plan.scope:
             return "changed_question"
-        same_config = self.config.fingerprint() == job.config.fingerprint()
-        same = same_config and self.filings_per_question == job.filings_per_question
+        same = self.config.plan_fingerprint() == job.config.plan_fingerprint()
         if not same or before.get("pool") != plan.pool or not before.get("pairs"):
             return "changed_filings"
         return "unchanged"
@@ -414,22 +332,8 @@ def _prefiltered_input(
 # -- small pieces ---------------------------------------------------------------------------------
 
 
-def pair_id(question_id: str, filing_id: str) -> str:
-    return f"{question_id}@{filing_id}"
-
-
-def pair_job_id(question: str, filing_id: str, version: str, config: RunConfig) -> str:
-    """Same question, same filing version, same config: same id (reused at $0 by later runs)."""
-    return digest(["chunks", question, filing_id, version, config.fingerprint()])
-
-
-def digest(value: object) -> str:
-    """A short content hash of a JSON value."""
-    return hashlib.sha256(json.dumps(value, ensure_ascii=False).encode()).hexdigest()[:24]
-
-
 def _common(job: QuestionJob) -> dict:
-    fields = ("run_id", "results", "line", "source", "config", "budget_usd", "via")
+    fields = ("run_id", "results", "line", "source", "config")
     return {name: getattr(job, name) for name in fields}
 
 
@@ -445,14 +349,3 @@ def _record(job: QuestionJob, **fields) -> QuestionPlan:
         answer=q.answer,
         **fields,
     )
-
-
-def no_filing(job: QuestionJob, period: str, view: CorpusView) -> str:
-    scope = job.question.scope
-    what = [f"company {scope.company!r}" if scope.company else "any company"]
-    if scope.form_types:
-        what.append(f"form types {', '.join(scope.form_types)}")
-    if period != "latest":
-        what.append(f"period {period}")
-    hint = view.hint(scope.company) if scope.company else ""
-    return f"{NO_FILING}: the corpus {job.corpus} holds no filing of {' and '.join(what)}{hint}"

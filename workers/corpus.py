@@ -46,6 +46,7 @@ from prism.ingest import (
 from prism.ingest.accession import accession_of, index_types, is_index, primary_first
 from prism.ingest.filings import FOLDER_META, META_SUFFIXES, filing_id_of
 from prism.ingest.meta import unknown_keys
+from prism.options import RunOptions
 from prism.segmenting import TokenCounter
 from workers.store import Store, file_stamp, get_model, put_model, safe_name
 
@@ -228,6 +229,27 @@ class Corpus:
             return key, get_model(self.store, key, FilingInput)
         except KeyError:
             return self.put_input(self.get_filing(filing_id, version), budget, counter)
+
+    def token_costs(self, entry: FilingEntry, version: str, budget: int, counter: TokenCounter) -> list[int]:
+        """A filing version's chunks' prompt tokens, from what the corpus stores, no filing read:
+        its chunk input for this budget, else one for another budget (a chunk cut to fit there is
+        cut to fit here), else its chunks and tokens spread evenly (an ingest that stored none)."""
+        from prism.segmenting import MARKER_TOKENS
+        from prism.strategies.chunks import MAX_CHUNK_SHARE
+
+        try:
+            return get_model(
+                self.store, self.input_key(entry.id, version, budget, _encoding(counter)), FilingInput
+            ).costs
+        except KeyError:
+            pass
+        prefix = f"inputs/{safe_name(entry.id)}/{version}-"
+        if other := next(iter(self.store.keys(prefix)), None):
+            most = max(MARKER_TOKENS + 16, budget // MAX_CHUNK_SHARE)
+            return [min(cost, most) for cost in get_model(self.store, other, FilingInput).costs]
+        stored = next(v for v in entry.versions if v.version == version)
+        each = stored.tokens // stored.chunks + MARKER_TOKENS if stored.chunks else 0
+        return [each] * stored.chunks
 
     @staticmethod
     def counts(filing: Filing, counter: TokenCounter) -> list[int] | None:
@@ -422,6 +444,7 @@ def ingest_source(
     meta: str | Path | None = None,
     counter: TokenCounter | None = None,
     dispatch: Callable[[list[Source]], Iterable[IngestSummary]] | None = None,
+    segment_tokens: int = RunOptions.model_fields["segment_tokens"].default,
 ) -> IngestSummary:
     """Every filing under a folder (or a file, a list of files, or every key of a Store) into the
     corpus in ``store``; the manifest is written at the end.
@@ -477,6 +500,7 @@ def ingest_source(
                     chunking,
                     counter,
                     index,
+                    segment_tokens,
                     fingerprint=item.fingerprint,
                     exhibits=exhibits,
                 )

@@ -111,11 +111,15 @@ class LocalStore:
         return file_stamp(self.root / key)
 
     def keys(self, prefix: str) -> Iterator[str]:
+        """Every key that starts with ``prefix`` (a folder's, or any start of a key, as S3 lists)."""
         base = self.root / prefix
-        if base.is_dir():
-            for path in sorted(base.rglob("*")):
-                if path.is_file() and not path.name.startswith(".tmp-"):
-                    yield path.relative_to(self.root).as_posix()
+        folder = base if base.is_dir() else base.parent
+        if not folder.is_dir():
+            return
+        for path in sorted(folder.rglob("*")):
+            key = path.relative_to(self.root).as_posix()
+            if path.is_file() and not path.name.startswith(".tmp-") and key.startswith(prefix):
+                yield key
 
 
 class S3Store:

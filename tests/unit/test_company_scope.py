@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from prism.ingest.models import FilingMeta
+from prism.planning import NO_FILING, CorpusView, no_filing
 from prism.questions import Scope, cik_number, company_key
-from tasks.planning import NO_FILING, CorpusView, no_filing
 
 
 def _filing(fid: str, company: str | None, cik: str | None = None, ticker: str | None = None) -> tuple[str, FilingMeta]:
@@ -70,8 +70,8 @@ def test_a_scope_company_matches_by_cik_ticker_name_or_first_words(scope, filing
 
 def testno_filing_names_the_closest_companies_or_the_ones_a_scope_could_mean():
     def error(company: str) -> str:
-        job = SimpleNamespace(question=SimpleNamespace(scope=Scope(company=company)), corpus="mem://c")
-        return no_filing(job, "latest", VIEW)  # type: ignore[arg-type]
+        question = SimpleNamespace(scope=Scope(company=company))
+        return no_filing(question, "latest", VIEW, "mem://c")  # type: ignore[arg-type]
 
     assert error("Nvidea").startswith(f"{NO_FILING}: the corpus mem://c holds no filing of company 'Nvidea'")
     assert error("Nvidea").endswith("; closest companies in the corpus: NVIDIA CORP")

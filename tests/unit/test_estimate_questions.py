@@ -1,6 +1,7 @@
-"""`prism estimate` for a question set over a corpus: each question planned as the planning task
-plans it (company, period, the prior's form scores, top-F filings), each pair priced from the
-filing's chunk input, nothing written; and an input that holds no rows is an error, not USD 0."""
+"""`prism estimate` for a question set over a corpus: each question planned through the planner
+the planning task uses (company, period, the prior's form scores, top-F filings), each pair
+priced from the token counts the corpus stores, no filing read and nothing written; and an input
+that holds no rows is an error, not USD 0."""
 
 from __future__ import annotations
 
@@ -10,18 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from prism.estimate import estimate
+from prism.estimate import Priced, estimate
 from prism.ingest.models import FilingMeta
 from prism.models import Query, RunConfig
+from prism.planning import CorpusView
 from prism.pricing import PriceTable
 from prism.questions import Question, Scope
 from prism.rankers import asks_llm
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare
 from producer.estimate import estimate_questions, plan_question, read_rows
-from producer.questions import question_job
-from producer.spec import RunError, RunSpec
-from tasks.planning import CorpusView
+from producer.spec import RunError
 from workers.corpus import Corpus, ingest_source
 from workers.priors import PACKAGED, read_prior
 from workers.settings import load_settings
@@ -35,16 +35,19 @@ def _config(**fields) -> RunConfig:
     return RunConfig(**({"doc_ranker": "llm", "chunk_ranker": "llm", "segment_tokens": 8000} | fields))
 
 
-def test_a_prepared_chunk_input_is_priced_as_the_query_it_was_made_from():
+def test_chunks_priced_from_their_token_counts_cost_what_their_texts_cost():
     config, counter = _config(), TokenCounter()
     query = Query(id="q", task="chunks", question="What was revenue?", candidates=PAGES)
     data = prepare(query.question, PAGES, counter, config.segment_tokens)
     from_query = estimate([query], config, PriceTable.load(), OUTPUTS, counter=counter)
-    from_input = estimate([data], config, PriceTable.load(), OUTPUTS, counter=counter)
-    assert from_input.stages == from_query.stages and from_input.usd == from_query.usd
-    assert from_input.segments == from_query.segments > 1 and "rerank" in from_input.stages
+    from_counts = estimate(
+        [Priced(query.question, data.costs, "f@v1")], config, PriceTable.load(), OUTPUTS, counter=counter
+    )
+    assert from_counts.stages == from_query.stages and from_counts.usd == from_query.usd
+    assert from_counts.segments == from_query.segments > 1 and "rerank" in from_counts.stages
     # A $0 chunk ranker reads a filing in one segment and costs nothing.
-    free = estimate([data, data], _config(chunk_ranker="financial"), PriceTable.load(), OUTPUTS, counter=counter)
+    priced = Priced(query.question, data.costs, "f@v1")
+    free = estimate([priced, priced], _config(chunk_ranker="financial"), PriceTable.load(), OUTPUTS, counter=counter)
     assert free.segments == 2 and "segments" not in free.stages
 
 
@@ -63,10 +66,9 @@ VIEW = CorpusView(
 )
 
 
-def _job(question: str, config: RunConfig, filings: int = 1, **scope):
-    spec = RunSpec(run_id="estimate", input="q.jsonl", results="results", config=config, corpus="corpus")
-    q = Question(id="q1", question=question, scope=Scope(**scope), line=3)
-    return question_job(spec, q, "", filings)
+def _plan(question: str, config: RunConfig, prior, filings: int = 1, **scope):
+    config = config.model_copy(update={"filings_per_question": filings})
+    return plan_question(Question(id="q1", question=question, scope=Scope(**scope), line=3), VIEW, prior, config, "c")
 
 
 @pytest.fixture(scope="module")
@@ -76,18 +78,18 @@ def prior():
 
 def test_questions_are_planned_as_the_planning_task_plans_them(prior):
     config = _config()
-    fy22 = plan_question(_job("What was revenue in FY2022?", config, company="ACME"), VIEW, prior)
+    fy22 = _plan("What was revenue in FY2022?", config, prior, company="ACME")
     assert [c.filing_id for c in fy22.filings] == ["acme22"] and fy22.period == "FY2022" and fy22.documents_by_llm
-    latest = plan_question(_job("What was revenue?", config, 2, company="Acme"), VIEW, prior)
+    latest = _plan("What was revenue?", config, prior, 2, company="Acme")
     # No period named: the latest filings, the prior's first form (10-K, for revenue) ahead of the 10-Q.
     assert [c.filing_id for c in latest.filings] == ["acme23", "acme22"] and latest.period == "latest"
-    quarter = plan_question(_job("Revenue?", config, company="Acme", form_types=("10-Q",)), VIEW, prior)
+    quarter = _plan("Revenue?", config, prior, company="Acme", form_types=("10-Q",))
     assert [c.filing_id for c in quarter.filings] == ["acme23q2"]
     # A period no filing reports: no filing, but its filing types were ranked (as the task does).
-    old = plan_question(_job("What was revenue in FY2015?", config, company="Acme"), VIEW, prior)
+    old = _plan("What was revenue in FY2015?", config, prior, company="Acme")
     assert old.filings == [] and old.documents_by_llm and old.error and old.error.startswith("no filing in scope")
     # A company the corpus does not hold: no document ranking is paid for; the error names the closest.
-    none = plan_question(_job("What was revenue?", config, company="Globe"), VIEW, prior)
+    none = _plan("What was revenue?", config, prior, company="Globe")
     assert none.filings == [] and not none.documents_by_llm and "closest companies" in (none.error or "")
 
 
@@ -125,6 +127,9 @@ def test_a_question_set_is_priced_per_pair_and_nothing_is_written(tmp_path, monk
     for name in [k for k in os.environ if k.startswith("PRISM_")]:
         monkeypatch.delenv(name)
     settings = load_settings(results=str(tmp_path / "results"), segment_tokens=8000)  # no input kept for this budget
+    stored = list((corpus / "filings").rglob("*.json.gz"))
+    for filing in stored:  # no filing is read: the token counts the corpus keeps are enough
+        filing.rename(filing.with_suffix(".away"))
     before = sorted(p for p in corpus.rglob("*"))
     found = estimate_questions(str(questions), str(corpus), settings, _config(), OUTPUTS)
     assert sorted(p for p in corpus.rglob("*")) == before and not (tmp_path / "results").exists()
@@ -135,6 +140,8 @@ def test_a_question_set_is_priced_per_pair_and_nothing_is_written(tmp_path, monk
         f"{questions}: line 6, field '(row)': not valid JSON: Expecting value (column 1)",
     ]
     assert len(found.no_filing) == 1 and found.no_filing[0].startswith("x1 (line 4): no filing in scope")
+    for filing in stored:
+        filing.with_suffix(".away").rename(filing)
     e = found.estimate
     assert e.stages["documents"].calls == 3 and e.segments == 12  # four first-level segments a pair
     # Both Acme questions read the same filing: the second one's segments come from the cache.
@@ -146,7 +153,11 @@ def test_a_question_set_is_priced_per_pair_and_nothing_is_written(tmp_path, monk
         Query(id="p", task="chunks", question=r["question"], candidates=[c.text for c in acme.chunks]) for r in rows[:3]
     ]
     direct = estimate(pairs, _config(), PriceTable.load(), OUTPUTS, counter=TokenCounter())
-    assert direct.segments == e.segments and direct.stages["segments"] == e.stages["segments"]
+    counted, read = e.stages["segments"], direct.stages["segments"]
+    assert direct.segments == e.segments and (counted.calls, counted.prompt_tokens) == (read.calls, read.prompt_tokens)
+    # Read from their texts, the three share one prefix (the filings' texts are alike here); priced
+    # per filing version, the two Acme questions do: half as many tokens come from the cache.
+    assert counted.cached_tokens * 2 == read.cached_tokens
 
 
 def test_an_input_of_no_rows_is_an_error_not_usd_0(tmp_path):

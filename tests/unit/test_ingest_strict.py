@@ -161,6 +161,6 @@ def test_the_corpus_is_written_exactly_where_it_is_given(tmp_path):
     folder.mkdir()
     (folder / "a.txt").write_bytes(NOTES)
     ingest_source(folder, LocalStore(tmp_path / "corpus"))
-    assert sorted(p.name for p in (tmp_path / "corpus").iterdir()) == ["filings", "manifest.json"]
+    assert sorted(p.name for p in (tmp_path / "corpus").iterdir()) == ["filings", "inputs", "manifest.json"]
     assert list(Corpus(LocalStore(tmp_path / "corpus")).manifest().filings) == ["a"]  # every reader finds it there
     assert Corpus(LocalStore(tmp_path / "corpus")).stored_bytes() > len(NOTES)

@@ -1,0 +1,164 @@
+"""Planning a question, pure: which filings of a corpus its scope names, the period it asks
+about, and the filings it is ranked in, given its filing types' scores. The planning task on the
+fleet, `prism estimate` and the tests all plan through here, so they plan alike.
+
+A company is a CIK: its filings under every name it filed as. A scope matches by CIK, then whole
+name, then ticker; failing those, by a name's first words, and only when they fit one company.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prism.ingest.models import CorpusManifest, FilingMeta
+from prism.models import RunConfig
+from prism.periods import Choice, Period, choose_filings, resolve_period
+from prism.questions import Question, cik_number, company_key, company_words
+
+NO_FILING = "no filing in scope"
+
+Filings = list[tuple[str, FilingMeta]]
+CompanyId = int | str  # a CIK, or the name key of filings that carry none
+
+
+class CorpusView:
+    """What planning reads of a corpus: each filing's metadata and latest version, and lookups that
+    resolve a scope's company (a CIK, a ticker, a name, or a name's first words) to its filings.
+
+    A company is a CIK: its filings under every name it filed as. A scope matches by CIK, then
+    whole name, then ticker; failing those, by a name's first words, and only when they fit one
+    company (an exact name is never lost to a longer one, "Apple" is not "Apple Hospitality")."""
+
+    def __init__(self, everything: Filings, versions: dict[str, str] | None = None) -> None:
+        self.everything, self.versions = everything, versions or {}
+        self.companies: dict[CompanyId, Filings] = {}
+        self.named: dict[CompanyId, str] = {}  # the name it first filed under, for messages
+        self.by_key: dict[str, set[CompanyId]] = {}
+        self.by_ticker: dict[str, set[CompanyId]] = {}
+        self.by_prefix: dict[str, set[str]] = {}  # a key's first words -> the keys they begin
+        self.names: dict[str, str] = {}  # key -> a name as filed
+        words_of = {m.company: company_words(m.company) for _, m in everything if m.company}  # once a name
+        ciks: dict[str, set[int]] = {}
+        for _, meta in everything:
+            if meta.company and (cik := cik_number(meta.cik)) is not None:
+                ciks.setdefault("".join(words_of[meta.company]), set()).add(cik)
+        for fid, meta in everything:
+            words = words_of[meta.company] if meta.company else ()
+            key, cik = "".join(words), cik_number(meta.cik)
+            if cik is None and len(ciks.get(key, ())) == 1:
+                cik = next(iter(ciks[key]))  # no CIK of its own: the one company filing under its name
+            company = cik if cik is not None else key
+            if company == "":
+                continue  # neither a CIK nor a name: only an unscoped question reaches it
+            self.companies.setdefault(company, []).append((fid, meta))
+            if meta.ticker:
+                self.by_ticker.setdefault(meta.ticker.strip().upper(), set()).add(company)
+            if key and meta.company:
+                self.named.setdefault(company, meta.company)
+                self.names.setdefault(key, meta.company)
+                self.by_key.setdefault(key, set()).add(company)
+                for n in range(1, len(words)):
+                    self.by_prefix.setdefault("".join(words[:n]), set()).add(key)
+
+    @classmethod
+    def of(cls, manifest: CorpusManifest) -> CorpusView:
+        everything = [(fid, entry.meta) for fid, entry in manifest.filings.items()]
+        return cls(everything, {fid: e.latest for fid, e in manifest.filings.items()})
+
+    def match(self, company: str) -> tuple[set[CompanyId], bool]:
+        """The companies a scope names, and whether it names them outright (not by first words)."""
+        cik = cik_number(company)
+        if cik is not None and cik in self.companies:
+            return {cik}, True
+        key = company_key(company)
+        found = self.by_key.get(key) or self.by_ticker.get(company.strip().upper())
+        if found:
+            return found, True
+        return {c for k in self.by_prefix.get(key, ()) for c in self.by_key[k]}, False
+
+    def pool(self, company: str | None) -> Filings:
+        if not company:
+            return self.everything
+        found, outright = self.match(company)
+        if len(found) > 1 and not outright:
+            return []  # first words that fit several companies: none is guessed
+        return [f for c in sorted(found, key=str) for f in self.companies[c]]
+
+    def hint(self, company: str) -> str:
+        """What a no-filing error adds about a scope's company: the companies its words fit when
+        they fit several, the closest names when it names none; nothing when it names one."""
+        found, outright = self.match(company)
+        if len(found) > 1 and not outright:
+            return f"; {company!r} could be any of: {', '.join(sorted(self.named[c] for c in found))}"
+        if found:
+            return ""
+        close = difflib.get_close_matches(company_key(company), list(self.names), n=3, cutoff=0.5)
+        return f"; closest companies in the corpus: {', '.join(self.names[k] for k in close)}" if close else ""
+
+    def pool_digest(self, pool: Filings) -> str:
+        """The filings of a scope at their versions: unchanged while none is added, changed or removed."""
+        return digest(sorted((fid, self.versions[fid]) for fid, _ in pool))
+
+
+@dataclass(frozen=True)
+class InScope:
+    """A question's filings in scope and the period it asks about."""
+
+    pool: Filings
+    period: Period
+
+
+def in_scope(question: Question, view: CorpusView) -> InScope:
+    """The filings of the question's company (any, unscoped), and its period."""
+    return InScope(view.pool(question.scope.company), resolve_period(question.question, question.scope.period))
+
+
+def choose(
+    question: Question,
+    scoped: InScope,
+    form_scores: Mapping[str, float],
+    config: RunConfig,
+    view: CorpusView,
+    corpus: str,
+) -> tuple[list[Choice], str | None]:
+    """The filings the question is ranked in (best first), or why there is none."""
+    choices = []
+    if scoped.pool:
+        choices = choose_filings(
+            scoped.period, form_scores, scoped.pool, config.filings_per_question, question.scope.form_types
+        )
+    return choices, None if choices else no_filing(question, scoped.period.label(), view, corpus)
+
+
+def no_filing(question: Question, period: str, view: CorpusView, corpus: str) -> str:
+    scope = question.scope
+    what = [f"company {scope.company!r}" if scope.company else "any company"]
+    if scope.form_types:
+        what.append(f"form types {', '.join(scope.form_types)}")
+    if period != "latest":
+        what.append(f"period {period}")
+    hint = view.hint(scope.company) if scope.company else ""
+    return f"{NO_FILING}: the corpus {corpus} holds no filing of {' and '.join(what)}{hint}"
+
+
+def pair_id(question_id: str, filing_id: str) -> str:
+    return f"{question_id}@{filing_id}"
+
+
+def pair_job_id(question: str, filing_id: str, version: str, config: RunConfig) -> str:
+    """Same question, same filing version, same config: same id (reused at $0 by later runs)."""
+    return digest(["chunks", question, filing_id, version, config.fingerprint()])
+
+
+def question_job_id(question: Question, config: RunConfig) -> str:
+    """Same question and scope, same config and filings per question: same id."""
+    return digest(["question", question.question, question.scope.model_dump(mode="json"), config.plan_fingerprint()])
+
+
+def digest(value: object) -> str:
+    """A short content hash of a JSON value."""
+    return hashlib.sha256(json.dumps(value, ensure_ascii=False).encode()).hexdigest()[:24]
