@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from prism.ingest.models import Filing, FilingMeta
@@ -23,39 +21,30 @@ from prism.models import Cited
 from prism.periods import AUTO_MARGIN, filing_date
 from producer.state import RunState
 from workers.corpus import Corpus
-from workers.store import Store
 
-COLUMNS = (
-    "question_id",
-    "question",
-    "rank",
-    "filing_id",
-    "filing_rank",
-    "company",
-    "form_type",
-    "period",
-    "page",  # physical, 1-based, numbered on across a submission's documents
-    "printed_page",  # the number printed on that page, when it prints one
-    "document",  # the submission document it is in ("10-Q", "EX-99.1")
-    "section",
-    "heading",
-    "chunk_id",
-    "score",  # the row's share of its question's evidence, one scale across its filings (across_filings)
-    "ranker",  # who ordered it: "llm", "llm-repaired", "fallback:lexical", "financial", ...
-    "grade",
-    "excerpt",
-    "answer",  # with the evidence ranker: its answer from this evidence (the rows are its citations)
+# The table's columns, in order, with their Parquet types.
+SCHEMA = (
+    ("question_id", "string"),
+    ("question", "string"),
+    ("rank", "int32"),
+    ("filing_id", "string"),
+    ("filing_rank", "int32"),
+    ("company", "string"),
+    ("form_type", "string"),
+    ("period", "string"),
+    ("page", "int32"),  # physical, 1-based, numbered on across a submission's documents
+    ("printed_page", "string"),  # the number printed on that page, when it prints one
+    ("document", "string"),  # the submission document it is in ("10-Q", "EX-99.1")
+    ("section", "int32"),
+    ("heading", "string"),
+    ("chunk_id", "string"),
+    ("score", "float64"),  # the row's share of its question's evidence, one scale across its filings
+    ("ranker", "string"),  # who ordered it: "llm", "llm-repaired", "fallback:lexical", "financial", ...
+    ("grade", "int32"),
+    ("excerpt", "string"),
+    ("answer", "string"),  # with the evidence ranker: its answer from this evidence (the rows are its citations)
 )
-
-
-def _lines(store: Store, key: str) -> Iterator[dict]:
-    try:
-        data = store.get(key)
-    except KeyError:
-        return
-    for line in data.splitlines():
-        if line.strip():
-            yield json.loads(line)
+COLUMNS = tuple(name for name, _ in SCHEMA)
 
 
 def _period(meta: FilingMeta) -> str:
@@ -110,99 +99,128 @@ def across_filings(found: list[Found]) -> list[tuple[float, Found]]:
 
 
 def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
-    """Every question's evidence, best first across its filings, and the
-    metrics: filing_top1, evidence recall@5 and NDCG@5 over the questions with qrels whose
-    judged filing is in the corpus."""
-    store, layout = state.store, state.layout
-    questions = {q["question_id"]: q for q in _lines(store, layout.file("questions.jsonl"))}
+    """Every question's evidence, best first across its filings, and the metrics: filing_top1,
+    evidence recall@5 and NDCG@5 over the questions with qrels whose judged filing is in the
+    corpus."""
+    questions = {q["question_id"]: q for q in state.files.questions()}
     pairs: dict[str, list[dict]] = {}
-    for row in _lines(store, layout.file("plan.jsonl")):
+    for row in state.files.plan():
         if row.get("filing"):
             pairs.setdefault(row["question_id"], []).append(row)
-    results = {r.query_id: r for r in state.results.values() if r.task == "chunks"}
-    manifest = corpus.manifest()
-    in_corpus = set(manifest.filings)
-    pages = {
-        fid: next((v.pages for v in e.versions if v.version == e.latest), 0) for fid, e in manifest.filings.items()
-    }
-    filings: dict[tuple[str, str], Filing] = {}  # read only for results that carry no citations
+    reading = _Reading(state, corpus)
     rows: list[dict] = []
-    judged = top1 = 0
-    recall = ndcg = 0.0
-    by_question: dict[str, float] = {}
-    no_filing = sum(1 for q in questions.values() if not q["filings"])
+    judged = _Judged(set(reading.manifest.filings))
     for qid, q in questions.items():
-        # a page qrel over a filing without that page is not judged (the run said so when it began)
-        judgeable = [r for r in q["qrels"] if r.get("page") is None or 0 < r["page"] <= pages.get(r["filing"], 0)]
-        grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in judgeable}
+        found = across_filings(reading.found(q, pairs.get(qid, [])))
+        ranked = [_row(q, rank, score, entry, reading) for rank, (score, entry) in enumerate(found, start=1)]
+        judged.add(q, ranked, reading.pages)
+        rows += ranked
+    metrics = judged.metrics(questions)
+    return rows, metrics
+
+
+class _Reading:
+    """What the evidence of a run is read from: its results, and its corpus's manifest (a filing
+    itself only for a result from before results carried their citations)."""
+
+    def __init__(self, state: RunState, corpus: Corpus):
+        self.corpus, self.manifest = corpus, corpus.manifest()
+        self.results = {r.query_id: r for r in state.results.values() if r.task == "chunks"}
+        self.pages = {
+            fid: next((v.pages for v in e.versions if v.version == e.latest), 0)
+            for fid, e in self.manifest.filings.items()
+        }
+        self.filings: dict[tuple[str, str], Filing] = {}
+
+    def found(self, q: dict, pairs: list[dict]) -> list[Found]:
+        """The question's ranked chunks, filing by filing in the order they were chosen."""
         chunks: list[Found] = []
-        for pair in sorted(pairs.get(qid, []), key=lambda p: p["filing_rank"]):
-            result = results.get(pair["query_id"])
+        for pair in sorted(pairs, key=lambda p: p["filing_rank"]):
+            result = self.results.get(pair["query_id"])
             if result is None:
                 continue
             cited = result.cited
             if len(cited) != len(result.ranking.indices):  # ranked before results carried them
                 key = (pair["filing"], pair["version"])
-                if key not in filings:
-                    filings[key] = corpus.get_filing(*key)
-                cited = [cite(q["question"], filings[key].chunks[i]) for i in result.ranking.indices]
+                if key not in self.filings:
+                    self.filings[key] = self.corpus.get_filing(*key)
+                cited = [cite(q["question"], self.filings[key].chunks[i]) for i in result.ranking.indices]
             scores = result.ranking.scores or []
             answer = (result.ranking.details or {}).get("answer") or ""
-            ranker = result.ranking.ranker or ""
             for position, chunk in enumerate(cited):
                 score = float(scores[position]) if position < len(scores) else None
-                chunks.append(Found(pair["filing"], pair, position, chunk, score, answer, ranker))
+                chunks.append(Found(pair["filing"], pair, position, chunk, score, answer, result.ranking.ranker or ""))
+        return chunks
+
+
+def _row(q: dict, rank: int, score: float, entry: Found, reading: _Reading) -> dict:
+    meta, chunk = reading.manifest.filings[entry.filing].meta, entry.chunk
+    return {
+        "question_id": q["question_id"],
+        "question": q["question"],
+        "rank": rank,
+        "filing_id": entry.filing,
+        "filing_rank": entry.pair["filing_rank"],
+        "company": meta.company or "",
+        "form_type": meta.form_type or "",
+        "period": _period(meta),
+        "page": chunk.page,
+        "printed_page": chunk.printed_page or "",
+        "document": chunk.document or "",
+        "section": chunk.section,
+        "heading": chunk.heading or "",
+        "chunk_id": chunk.chunk_id,
+        "score": round(score, 4),
+        "ranker": entry.ranker,
+        "grade": None,
+        "excerpt": chunk.excerpt,
+        "answer": entry.answer,
+    }
+
+
+class _Judged:
+    """The metrics over the questions whose qrels name a filing of the corpus."""
+
+    def __init__(self, in_corpus: set[str]):
+        self.in_corpus, self.judged, self.top1 = in_corpus, 0, 0
+        self.recall, self.ndcg = 0.0, 0.0
+        self.by_question: dict[str, float] = {}
+
+    def add(self, q: dict, rows: list[dict], pages: dict[str, int]) -> None:
+        """Grade the question's rows (in place) and count it, where it is judged. A page qrel over
+        a filing without that page is not judged (the run said so when it began)."""
+        judgeable = [r for r in q["qrels"] if r.get("page") is None or 0 < r["page"] <= pages.get(r["filing"], 0)]
+        grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in judgeable}
         ranked: list[tuple[str, int | str | None]] = []
-        for score, (fid, pair, _, chunk, _, answer, ranker) in across_filings(chunks):
-            meta = manifest.filings[fid].meta
-            grade = grades.get((fid, chunk.page), grades.get((fid, chunk.chunk_id)))
-            ranked.append((fid, chunk.page if chunk.page is not None else chunk.chunk_id))
-            rows.append(
-                {
-                    "question_id": qid,
-                    "question": q["question"],
-                    "rank": len(ranked),
-                    "filing_id": fid,
-                    "filing_rank": pair["filing_rank"],
-                    "company": meta.company or "",
-                    "form_type": meta.form_type or "",
-                    "period": _period(meta),
-                    "page": chunk.page,
-                    "printed_page": chunk.printed_page or "",
-                    "document": chunk.document or "",
-                    "section": chunk.section,
-                    "heading": chunk.heading or "",
-                    "chunk_id": chunk.chunk_id,
-                    "score": round(score, 4),
-                    "ranker": ranker,
-                    "grade": grade,
-                    "excerpt": chunk.excerpt,
-                    "answer": answer,
-                }
-            )
+        for row in rows:
+            row["grade"] = grades.get((row["filing_id"], row["page"]), grades.get((row["filing_id"], row["chunk_id"])))
+            ranked.append((row["filing_id"], row["page"] if row["page"] is not None else row["chunk_id"]))
         relevant = {k for k, g in grades.items() if g > 0}
-        if not relevant or not {f for f, _ in relevant} & in_corpus:
-            continue
-        judged += 1
+        if not relevant or not {f for f, _ in relevant} & self.in_corpus:
+            return
+        self.judged += 1
         # the filing of the best evidence: one ranking across the question's filings decides it
         chosen = ranked[0][0] if ranked else q["filings"][0]["filing"] if q["filings"] else None
-        top1 += int(chosen in {f for f, _ in relevant})
+        self.top1 += int(chosen in {f for f, _ in relevant})
         ranked = list(dict.fromkeys(ranked))  # a page holds several chunks: it is cited once, where first ranked
-        found = {k for k in ranked[:5] if k in relevant}
-        recall += len(found) / len(relevant)
+        self.recall += len({k for k in ranked[:5] if k in relevant}) / len(relevant)
         ids = {k: i for i, k in enumerate(dict.fromkeys([*grades, *ranked]))}
-        by_question[qid] = ndcg_at([ids[k] for k in ranked], {ids[k]: g for k, g in grades.items()}, 5)
-        ndcg += by_question[qid]
-    metrics = {
-        "questions": len(questions),
-        "judged": judged,
-        "no_filing_in_scope": no_filing,
-        "filing_top1": top1 / judged if judged else None,
-        "evidence_recall@5": recall / judged if judged else None,
-        "evidence_ndcg@5": ndcg / judged if judged else None,
-        "evidence_ndcg@5_by_question": by_question,
-    }
-    return rows, metrics
+        self.by_question[q["question_id"]] = ndcg_at(
+            [ids[k] for k in ranked], {ids[k]: g for k, g in grades.items()}, 5
+        )
+        self.ndcg += self.by_question[q["question_id"]]
+
+    def metrics(self, questions: dict[str, dict]) -> dict:
+        judged = self.judged
+        return {
+            "questions": len(questions),
+            "judged": judged,
+            "no_filing_in_scope": sum(1 for q in questions.values() if not q["filings"]),
+            "filing_top1": self.top1 / judged if judged else None,
+            "evidence_recall@5": self.recall / judged if judged else None,
+            "evidence_ndcg@5": self.ndcg / judged if judged else None,
+            "evidence_ndcg@5_by_question": self.by_question,
+        }
 
 
 def write(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
@@ -215,36 +233,11 @@ def write(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
     writer = csv.DictWriter(text, fieldnames=COLUMNS)
     writer.writeheader()
     writer.writerows(rows)
-    layout = state.layout
-    state.store.put(layout.file("evidence.csv"), text.getvalue().encode())
-    schema = pa.schema(
-        [
-            ("question_id", pa.string()),
-            ("question", pa.string()),
-            ("rank", pa.int32()),
-            ("filing_id", pa.string()),
-            ("filing_rank", pa.int32()),
-            ("company", pa.string()),
-            ("form_type", pa.string()),
-            ("period", pa.string()),
-            ("page", pa.int32()),
-            ("printed_page", pa.string()),
-            ("document", pa.string()),
-            ("section", pa.int32()),
-            ("heading", pa.string()),
-            ("chunk_id", pa.string()),
-            ("score", pa.float64()),
-            ("ranker", pa.string()),
-            ("grade", pa.int32()),
-            ("excerpt", pa.string()),
-            ("answer", pa.string()),
-        ]
-    )
-    table = pa.Table.from_pylist(rows, schema=schema)
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in SCHEMA])
     sink = io.BytesIO()
-    pq.write_table(table, sink)
-    state.store.put(layout.file("evidence.parquet"), sink.getvalue())
-    state.store.put(layout.file("evidence_metrics.json"), json.dumps(metrics, indent=1).encode())
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
+    state.files.put_evidence(text.getvalue().encode(), sink.getvalue())
+    state.files.put_json("evidence_metrics.json", metrics)
     return rows, metrics
 
 

@@ -14,11 +14,10 @@ from prism.ingest import Chunking
 from workers.app import make_app, reach_broker
 from workers.corpus import IngestSummary, Source, ingest_source
 from workers.embedded import embedded_worker
-from workers.messages import IngestJob
+from workers.messages import IngestJob, TaskName
 from workers.settings import Settings
 from workers.store import open_store
 
-TASK = "prism.ingest_file"
 POLL_S = 0.05  # one bulk read of the result backend per poll: cheap, and a small re-ingest ends sooner
 
 
@@ -69,7 +68,9 @@ def _run(
 ) -> list[IngestSummary]:
     """Send every job, then collect each file's summary as its task ends (one bulk read of the
     result backend per poll, however many are pending). Says so once when none ends for a while."""
-    results = ResultSet([app.send_task(TASK, args=[job.model_dump(mode="json")]) for job in jobs], app=app)
+    results = ResultSet(
+        [app.send_task(TaskName.INGEST_FILE, args=[job.model_dump(mode="json")]) for job in jobs], app=app
+    )
     source_of = {result.id: job.uri for result, job in zip(results.results, jobs)}
     summaries: list[IngestSummary] = []
     on_progress(0, len(jobs))

@@ -20,13 +20,16 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
+from celery import Celery
+
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
 from prism.models import Failure, Query, job_id
+from prism.planning import digest
 from producer.spec import RunSpec
-from tasks.planning import digest, plan_chunks
-from tasks.ranking import enqueue_documents
+from workers.app import send
 from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys
-from workers.messages import ChunkJob, DocumentJob, Job, Priority
+from workers.messages import ChunkJob, DocumentJob, Job, Priority, TaskName
+from workers.runfiles import RunFiles
 from workers.settings import Settings
 from workers.store import open_input, s3_client
 
@@ -98,53 +101,65 @@ def _rows(files: list[str], settings: Settings) -> Iterator[tuple[str, Query | R
 
 
 def plan_run(
+    app: Celery,
     spec: RunSpec,
     ledger: Ledger,
     settings: Settings,
     budget_spent: Callable[[], bool] = lambda: False,
     on_query: Callable[[Plan], None] = lambda plan: None,
 ) -> Plan:
-    """Enqueue a job for every valid query without an outcome in this run."""
+    """Enqueue a job for every valid query without an outcome in this run; the plan, the qrels and
+    the warnings spooled to disk as they come and stored once planning ends."""
     started = time.monotonic()
-    store, layout, plan = ledger.store, RunLayout(spec.run_id), Plan()
-    context = _Rows(spec, ledger, outcome_keys(store, spec.run_id), budget_spent)
-    files = input_files(spec.input, settings)
-    first_line: dict[str, str] = {}
-    spools = {name: tempfile.TemporaryFile() for name in ("plan.jsonl", "qrels.jsonl", "warnings.jsonl")}
-    plan_file, qrels_file, warnings_file = spools.values()
-    try:
-        for source, item in _rows(files, settings):
+    plan = Plan()
+    context = _Rows(app, spec, ledger, outcome_keys(ledger.store, spec.run_id), budget_spent)
+    with _Spools() as spools:
+        for source, item in _rows(input_files(spec.input, settings), settings):
             if isinstance(item, RowWarning):  # the row still runs; the warning is kept with the run
                 plan.warnings += 1
-                row = {"source": source, "line": item.line, "field": item.field, "message": item.message}
-                warnings_file.write(json.dumps(row | {"query_id": item.query_id}).encode() + b"\n")
+                spools.write("warnings", {"source": source, "line": item.line, "field": item.field} | _said(item))
                 continue
-            if isinstance(item, Query) and item.id in first_line:
-                message = f"duplicate query id {item.id!r} (first on {first_line[item.id]})"
-                item = RowError(item.line, "id", message, item.id)
-            if not isinstance(item, Query):
-                plan.invalid_rows += 1
-                line = item.line if isinstance(item, RowError) else -1  # -1: the file itself
-                ledger.invalid(invalid_failure(spec.run_id, source, item), source, line)
+            if (query := context.valid(source, item, plan)) is None:
                 continue
-            first_line[item.id] = f"{source} line {item.line}"
-            if item.qrel:
-                row = {"query_id": item.id, "qrel": item.qrel, "answer": item.answer}
-                qrels_file.write(json.dumps(row).encode() + b"\n")
-            state = _plan_query(item, source, context, plan)
-            row = {"query_id": item.id, "task": item.task, "line": item.line, "source": source, "state": state}
-            plan_file.write(json.dumps(row).encode() + b"\n")
+            if query.qrel:
+                spools.write("qrels", {"query_id": query.id, "qrel": query.qrel, "answer": query.answer})
+            state = _plan_query(query, source, context, plan)
+            spools.write(
+                "plan", {"query_id": query.id, "task": query.task, "line": query.line, "source": source, "state": state}
+            )
             on_query(plan)
-            if spec.limit and plan.queries >= spec.limit:
+            if spec.config.limit and plan.queries >= spec.config.limit:
                 break
-        for name, spool in spools.items():
-            spool.seek(0)
-            store.put(layout.file(name), spool.read())
-    finally:
-        for spool in spools.values():
-            spool.close()
+        files = RunFiles(ledger.store, spec.run_id)
+        files.put_plan(spools.read("plan"))
+        files.put_qrels(spools.read("qrels"))
+        files.put_warnings(spools.read("warnings"))
     plan.seconds = round(time.monotonic() - started, 3)
     return plan
+
+
+def _said(item: RowWarning) -> dict:
+    return {"message": item.message, "query_id": item.query_id}
+
+
+class _Spools:
+    """JSONL rows spooled to temporary files, so a corpus of any size plans in flat memory."""
+
+    def __enter__(self) -> _Spools:
+        self.files = {name: tempfile.TemporaryFile() for name in ("plan", "qrels", "warnings")}
+        return self
+
+    def write(self, name: str, row: dict) -> None:
+        self.files[name].write(json.dumps(row).encode() + b"\n")
+
+    def read(self, name: str) -> Iterator[dict]:
+        spool = self.files[name]
+        spool.seek(0)
+        return (json.loads(line) for line in spool)
+
+    def __exit__(self, *exc: object) -> None:
+        for spool in self.files.values():
+            spool.close()
 
 
 def invalid_failure(run_id: str, source: str, item: RowError | InputFileError) -> Failure:
@@ -166,11 +181,27 @@ def invalid_failure(run_id: str, source: str, item: RowError | InputFileError) -
 class _Rows:
     """What planning a rows input keeps from row to row."""
 
+    app: Celery
     spec: RunSpec
     ledger: Ledger
     listed: set[str]  # the outcomes the run held when planning began
     budget_spent: Callable[[], bool]
     stored: set[str] = field(default_factory=set)  # the candidate lists stored so far
+    first_line: dict[str, str] = field(default_factory=dict)  # each query id's first line
+
+    def valid(self, source: str, item: Query | RowError | InputFileError, plan: Plan) -> Query | None:
+        """The query of a row, or None for a bad row or file (stored as an input failure); a
+        second row with a query id seen before is a bad row."""
+        if isinstance(item, Query) and item.id in self.first_line:
+            message = f"duplicate query id {item.id!r} (first on {self.first_line[item.id]})"
+            item = RowError(item.line, "id", message, item.id)
+        if not isinstance(item, Query):
+            plan.invalid_rows += 1
+            line = item.line if isinstance(item, RowError) else -1  # -1: the file itself
+            self.ledger.invalid(invalid_failure(self.spec.run_id, source, item), source, line)
+            return None
+        self.first_line[item.id] = f"{source} line {item.line}"
+        return item
 
 
 def _plan_query(q: Query, source: str, context: _Rows, plan: Plan) -> str:
@@ -191,8 +222,6 @@ def _plan_query(q: Query, source: str, context: _Rows, plan: Plan) -> str:
         line=q.line,
         source=source,
         config=spec.config,
-        budget_usd=spec.budget_usd,
-        via=spec.via,
     )
     if spec.reuse and ledger.reuse_by_id(Job(task=q.task, **common)):
         plan.reused += 1
@@ -201,12 +230,13 @@ def _plan_query(q: Query, source: str, context: _Rows, plan: Plan) -> str:
         plan.not_enqueued += 1
         return Outcome.PENDING
     if q.task == "documents":
-        enqueue_documents(DocumentJob(question=q.question, candidates=q.candidates, **common))
+        documents = DocumentJob(question=q.question, candidates=q.candidates, **common)
+        send(context.app, TaskName.RANK_DOCUMENTS, documents, Priority.FIRST_ROUND)
         return "enqueued"
     key = layout.input(f"candidates-{digest(q.candidates)}")
     if key not in context.stored and not ledger.store.exists(key):
         ledger.store.put(key, json.dumps(q.candidates, ensure_ascii=False).encode())
     context.stored.add(key)
     job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
-    plan_chunks.apply_async((job.model_dump(mode="json"),), priority=Priority.NEW_WORK)
+    send(context.app, TaskName.PLAN_CHUNKS, job, Priority.NEW_WORK)
     return "enqueued"

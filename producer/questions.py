@@ -8,33 +8,35 @@ questions.jsonl, and a `--new` run's changes are counted from them.
 from __future__ import annotations
 
 import difflib
-import json
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 
+from celery import Celery
+
 from prism.datasets import InputFileError, RowError
 from prism.ingest.models import FilingEntry
-from prism.models import QuestionPlan, RunManifest
-from prism.periods import FilingsPerQuestion
+from prism.models import QuestionPlan
+from prism.planning import question_job_id
 from prism.questions import Question, read_questions
 from producer.plan import Plan, invalid_failure
 from producer.spec import RunError, RunSpec
-from tasks.planning import digest, plan_question
 from workers import keys
+from workers.app import send
 from workers.corpus import Corpus
-from workers.ledger import Ledger, Progress, RunLayout
-from workers.messages import QuestionJob
+from workers.ledger import Ledger, Progress
+from workers.messages import Priority, QuestionJob, TaskName
+from workers.runfiles import RunFiles
 from workers.settings import Settings
 from workers.store import Store, get_model, open_input, open_store
 
 
-def enqueue_questions(spec: RunSpec, store: Store, ledger: Ledger, settings: Settings) -> Plan:
+def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, settings: Settings) -> Plan:
     """One planning task per valid question; a bad line is an input failure naming its field."""
     assert spec.corpus is not None
     started = time.monotonic()
-    layout, plan = RunLayout(spec.run_id), Plan()
+    plan = Plan()
     corpus = Corpus(open_store(spec.corpus, settings))
     manifest = corpus.manifest()
     if not manifest.filings:
@@ -44,33 +46,40 @@ def enqueue_questions(spec: RunSpec, store: Store, ledger: Ledger, settings: Set
     plan.corpus_versions = corpus.put_versions(versions)
     at = manifest.written_at.isoformat() if manifest.written_at else ""
     if spec.since is not None:
-        plan.changes = filing_changes(store, corpus, spec, versions, settings.filings_per_question)
-    rows: list[bytes] = []
-    warnings: list[bytes] = []  # qrels that cannot be judged: the question runs, the line is named
+        plan.changes = filing_changes(store, corpus, spec, versions)
+    rows: list[dict] = []
+    warnings: list[dict] = []  # qrels that cannot be judged: the question runs, the line is named
     for item in question_items(spec.input, settings):
         if isinstance(item, InputFileError | RowError):
             plan.invalid_rows += 1
             line = item.line if isinstance(item, RowError) else -1
             ledger.invalid(invalid_failure(spec.run_id, spec.input, item), spec.input, line)
             continue
-        for field, message in qrel_warnings(item, manifest.filings):
-            plan.warnings += 1
-            warning = {"source": spec.input, "line": item.line, "field": field, "message": message}
-            warnings.append(json.dumps(warning | {"query_id": item.id}).encode())
-            if len(plan.said) < SAID:
-                plan.said.append(f"{spec.input} line {item.line}, field '{field}': {message}")
-        job = question_job(spec, item, at, settings.filings_per_question)
-        plan_question.delay(job.model_dump(mode="json"))
+        warnings += _warned(spec.input, item, manifest.filings, plan)
+        send(app, TaskName.PLAN_QUESTION, question_job(spec, item, at), Priority.NEW_WORK)
         plan.questions += 1
-        row = {"query_id": item.id, "question_id": item.id, "task": "chunks", "line": item.line, "source": spec.input}
-        rows.append(json.dumps(row | {"state": "enqueued"}).encode())
-        if spec.limit and plan.questions >= spec.limit:
+        rows.append(
+            {"query_id": item.id, "question_id": item.id, "task": "chunks", "line": item.line}
+            | {"source": spec.input, "state": "enqueued"}
+        )
+        if spec.config.limit and plan.questions >= spec.config.limit:
             break
-    store.put(layout.file("questions-enqueued.jsonl"), b"\n".join(rows) + b"\n" if rows else b"")
-    if warnings:
-        store.put(layout.file("warnings.jsonl"), b"\n".join(warnings) + b"\n")
+    files = RunFiles(store, spec.run_id)
+    files.put_enqueued(rows)
+    files.put_warnings(warnings)
     plan.seconds = round(time.monotonic() - started, 3)
     return plan
+
+
+def _warned(source: str, q: Question, filings: dict[str, FilingEntry], plan: Plan) -> list[dict]:
+    """The question's qrels that cannot be judged, as warnings; the first few said."""
+    found = []
+    for field, message in qrel_warnings(q, filings):
+        plan.warnings += 1
+        found.append({"source": source, "line": q.line, "field": field, "message": message, "query_id": q.id})
+        if len(plan.said) < SAID:
+            plan.said.append(f"{source} line {q.line}, field '{field}': {message}")
+    return found
 
 
 SAID = 5  # qrel warnings printed; every one is in the run's warnings.jsonl
@@ -96,22 +105,19 @@ def qrel_warnings(q: Question, filings: dict[str, FilingEntry]) -> Iterator[tupl
             yield f"qrels[{i}].chunk", f"'{qrel.chunk}' is no chunk of '{qrel.filing}': not judged"
 
 
-def question_job(spec: RunSpec, q: Question, corpus_at: str, filings_per_question: FilingsPerQuestion) -> QuestionJob:
+def question_job(spec: RunSpec, q: Question, corpus_at: str) -> QuestionJob:
     assert spec.corpus is not None
     return QuestionJob(
         run_id=spec.run_id,
         results=spec.results,
-        job_id=digest(["question", q.question, q.scope.model_dump(mode="json"), spec.config.fingerprint()]),
+        job_id=question_job_id(q, spec.config),
         query_id=q.id,
         line=q.line,
         source=spec.input,
         config=spec.config,
-        budget_usd=spec.budget_usd,
-        via=spec.via,
         question=q,
         corpus=spec.corpus,
         corpus_at=corpus_at,
-        filings_per_question=filings_per_question,
         reuse=spec.reuse,
         since=spec.since,
     )
@@ -129,53 +135,46 @@ def question_items(uri: str, settings: Settings) -> Iterator[Question | RowError
         yield InputFileError(uri, 0, err.strerror or str(err))
 
 
-def enqueued(store: Store, run_id: str) -> list[dict]:
-    """The questions the producer enqueued, in input order."""
-    try:
-        data = store.get(RunLayout(run_id).file("questions-enqueued.jsonl"))
-    except KeyError:
-        return []
-    return [json.loads(line) for line in data.splitlines() if line.strip()]
-
-
 def gather(store: Store, run_id: str, progress: Progress | None) -> tuple[list[QuestionPlan], list[dict]]:
     """Each enqueued question's plan (planned ones) and the run's plan rows: a planned question's
     document job and pairs, or the question itself while it is not planned (pending); written to
     plan.jsonl and questions.jsonl."""
-    layout, plans, rows = RunLayout(run_id), [], []
-    kept = _kept_plans(store, run_id, progress)
-    for row in enqueued(store, run_id):
+    files, plans, rows = RunFiles(store, run_id), [], []
+    kept = _kept_plans(files, progress)
+    for row in files.enqueued():
         plan = kept.get(row["question_id"])
         if plan is None:
             rows.append(row)  # enqueued, not planned yet (or lost)
             continue
         plans.append(plan)
-        base = {"question_id": plan.question_id, "line": plan.line, "source": plan.source}
-        if plan.documents is not None:
-            rows.append(base | {"query_id": plan.question_id, "task": "documents", "state": plan.documents})
-        if not plan.pairs:
-            rows.append(base | {"query_id": plan.question_id, "task": "chunks", "state": "failed"})
-        for p in plan.pairs:
-            pair = {
-                "filing": p.filing,
-                "version": p.version,
-                "filing_rank": p.filing_rank,
-                "filing_score": p.filing_score,
-            }
-            reuse = {"since": p.since, "reused": p.reused} if p.reused else {}
-            rows.append(base | {"query_id": p.query_id, "task": "chunks", "state": p.state} | pair | reuse)
-    store.put(layout.file("plan.jsonl"), "".join(json.dumps(r) + "\n" for r in rows).encode())
-    lines = [json.dumps(_question_line(p)) + "\n" for p in plans]
-    store.put(layout.file("questions.jsonl"), "".join(lines).encode())
+        rows += _plan_rows(plan)
+    files.put_plan(rows)
+    files.put_questions(_question_line(p) for p in plans)
     return plans, rows
 
 
-def _kept_plans(store: Store, run_id: str, progress: Progress | None) -> dict[str, QuestionPlan]:
+def _plan_rows(plan: QuestionPlan) -> list[dict]:
+    """A planned question's rows of plan.jsonl: its document job's, then each pair's (or its own,
+    failed in planning)."""
+    base = {"question_id": plan.question_id, "line": plan.line, "source": plan.source}
+    rows = []
+    if plan.documents is not None:
+        rows.append(base | {"query_id": plan.question_id, "task": "documents", "state": plan.documents})
+    if not plan.pairs:
+        rows.append(base | {"query_id": plan.question_id, "task": "chunks", "state": "failed"})
+    for p in plan.pairs:
+        pair = {"filing": p.filing, "version": p.version, "filing_rank": p.filing_rank, "filing_score": p.filing_score}
+        reuse = {"since": p.since, "reused": p.reused} if p.reused else {}
+        rows.append(base | {"query_id": p.query_id, "task": "chunks", "state": p.state} | pair | reuse)
+    return rows
+
+
+def _kept_plans(files: RunFiles, progress: Progress | None) -> dict[str, QuestionPlan]:
     """The questions' plans where the ledger keeps them: beside the store (Redis, memory), or in
     it; once those are gone (a run gathered long ago), as its questions.jsonl holds them."""
-    layout = RunLayout(run_id)
+    store, layout = files.store, files.layout
     if progress is not None:
-        kept = progress.plans(keys.plans(store.uri, run_id))
+        kept = progress.plans(keys.plans(store.uri, layout.run_id))
         plans = {qid: QuestionPlan.model_validate_json(record) for qid, record in kept.items()}
     else:
         plans = {}
@@ -183,11 +182,7 @@ def _kept_plans(store: Store, run_id: str, progress: Progress | None) -> dict[st
             plan = get_model(store, key, QuestionPlan)
             plans[plan.question_id] = plan
     if not plans:
-        try:
-            lines = store.get(layout.file("questions.jsonl")).decode().splitlines()
-        except KeyError:
-            return {}
-        plans = {p.question_id: p for p in (QuestionPlan.model_validate_json(line) for line in lines if line.strip())}
+        plans = {p.question_id: p for p in map(QuestionPlan.model_validate, files.questions())}
     return plans
 
 
@@ -199,18 +194,15 @@ def _question_line(plan: QuestionPlan) -> dict:
     return plan.model_dump(mode="json") | {"filings": filings}
 
 
-def filing_changes(
-    store: Store, corpus: Corpus, spec: RunSpec, versions: dict[str, str], filings_per_question: FilingsPerQuestion
-) -> dict:
+def filing_changes(store: Store, corpus: Corpus, spec: RunSpec, versions: dict[str, str]) -> dict:
     """The filings new, changed and removed since the run a `--new` run starts from, and
     whether it ran with the same configuration."""
     assert spec.since is not None
-    before = get_model(store, RunLayout(spec.since).file("manifest.json"), RunManifest)
+    before = RunFiles(store, spec.since).manifest()
     earlier = corpus.versions(before.corpus_versions) if before.corpus_versions else {}
-    same = before.config.fingerprint() == spec.config.fingerprint()
     return {
         "since": spec.since,
-        "same_config": same and before.settings.get("filings_per_question") == filings_per_question,
+        "same_config": before.config.plan_fingerprint() == spec.config.plan_fingerprint(),
         "new_filings": sum(1 for fid in versions if fid not in earlier),
         "changed_filings": sum(1 for fid, v in versions.items() if fid in earlier and earlier[fid] != v),
         "removed_filings": sum(1 for fid in earlier if fid not in versions),

@@ -3,7 +3,6 @@ metrics.json, summary.json, report.md with its plots, and the manifest."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 from prism.estimate import Estimate
@@ -11,7 +10,6 @@ from prism.models import RunManifest
 from producer import analysis, evidence
 from producer.state import CostSummary, RunState, cost_report, usd_text
 from workers.corpus import Corpus
-from workers.store import put_model
 
 
 def write(
@@ -24,21 +22,20 @@ def write(
     """Write every report file of a run from what is stored now; returns cost and metrics. A
     question set over a corpus also gets its evidence table and the metrics over its questions,
     and where an LLM ranked, its estimate (or why there is none) beside what it cost."""
-    store, layout = state.store, state.layout
+    files = state.files
     cost = cost_report(state)
-    lines = [f.model_dump_json() for f in [*state.input_failures, *state.job_failures]]
-    store.put(layout.file("failures.jsonl"), ("\n".join(lines) + "\n" if lines else "").encode())
-    store.put(layout.file("pending.jsonl"), "".join(json.dumps(p) + "\n" for p in pending).encode())
-    store.put(layout.file("cost.json"), json.dumps(cost, indent=1).encode())
+    files.put_failures(f.model_dump_json() for f in [*state.input_failures, *state.job_failures])
+    files.put_pending(pending)
+    files.put_json("cost.json", cost)
     summary = analysis.summarize(state)
     metrics = summary["metrics"]
     found = None
     if corpus is not None:
         found = evidence.write(state, corpus)
         metrics = metrics | {"questions": found[1]}
-    store.put(layout.file("metrics.json"), json.dumps(metrics, indent=1).encode())
-    store.put(layout.file("summary.json"), json.dumps(summary, indent=1).encode())
-    runs = {layout.run_id: (manifest, summary)}
+    files.put_json("metrics.json", metrics)
+    files.put_json("summary.json", summary)
+    runs = {state.layout.run_id: (manifest, summary)}
     text = markdown(manifest, cost, metrics, state)
     if estimate is not None:
         text += estimate_markdown(estimate, manifest, state)
@@ -47,12 +44,10 @@ def write(
     text += "\n" + analysis.markdown(runs, None)
     per_question = found[1].get("evidence_ndcg@5_by_question") if found is not None else None
     images, left_out = analysis.plots(runs, None, per_question)
-    for name, image in images.items():
-        store.put(layout.file(name), image)
-        text += f"\n![{name}]({name})\n"
+    text += "".join(f"\n![{name}]({name})\n" for name in images)
     text += "".join(f"\n_{name} is left out: {why}._\n" for name, why in left_out.items())
-    store.put(layout.file("report.md"), text.encode())
-    put_model(store, layout.file("manifest.json"), manifest)
+    files.put_report(text, images)
+    files.put_manifest(manifest)
     return cost, metrics
 
 
@@ -93,7 +88,7 @@ def estimate_markdown(estimate: Estimate | str, manifest: RunManifest, state: Ru
             f"{ratio} | {e.completion_tokens if e else 0} | {a.completion_tokens} |"
         )
     settings = manifest.settings
-    tier = "batch" if manifest.via == "batch" else str(settings.get("service_tier") or "standard")
+    tier = "batch" if manifest.config.via == "batch" else str(settings.get("service_tier") or "standard")
     key = f"{tier}_cached" if settings.get("prompt_cache_key", True) else tier
     if key in estimate.usd:
         out += [
@@ -113,11 +108,16 @@ def _prompt_warnings(manifest: RunManifest) -> list[str]:
 
 
 def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) -> str:
-    c = manifest.counts
+    lines = [*_head(manifest), *_costs(cost), *_gaps(state), *_metrics(metrics), *_flags_and_failures(state)]
+    return "\n".join(lines) + "\n"
+
+
+def _head(manifest: RunManifest) -> list[str]:
+    c, config = manifest.counts, manifest.config
     over = f"- question set over the corpus `{manifest.corpus}`" if manifest.corpus else None
     if over and manifest.changes:
         over += f"; {changes_text(manifest.changes)}"
-    out = [
+    return [
         f"# Run {manifest.run_id}",
         "",
         f"- status: **{manifest.status}**{f' ({manifest.error})' if manifest.error else ''}; input `{manifest.input}`; "
@@ -125,16 +125,22 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
         f"- queries: {c.get('documents', 0)} document, {c.get('chunks', 0)} chunk; done {c.get('done', 0)}, "
         f"failed {c.get('failed', 0)}, pending {c.get('pending', 0)}; reused from earlier runs {c.get('reused', 0)}; "
         f"invalid input rows {c.get('invalid_rows', 0)}",
-        f"- rankers: documents `{manifest.config.doc_ranker}` ({manifest.config.doc_prompt}), chunks "
-        f"`{manifest.config.chunk_ranker}` ({manifest.config.chunk_prompt}); prompt layout "
-        f"`{manifest.config.prompt_layout}`; wall time {manifest.timings.get('wall_s', 0):.1f} s",
+        f"- rankers: documents `{config.doc_ranker}` ({config.doc_prompt}), chunks `{config.chunk_ranker}` "
+        f"({config.chunk_prompt}); prompt layout `{config.prompt_layout}`; wall time "
+        f"{manifest.timings.get('wall_s', 0):.1f} s",
         *([over] if over else []),
         *[f"- {check.text()}" for check in manifest.prompt_checks if check.dropped is False],
         *_prompt_warnings(manifest),
+    ]
+
+
+def _costs(cost: dict) -> list[str]:
+    out = [
         "",
         "## Cost",
         "",
-        "| group | calls | cache hits | attempts | 429s | timeouts (prompt tokens sent, possibly billed) | prompt tokens | cached tokens | completion tokens | USD | unpriced calls |",
+        "| group | calls | cache hits | attempts | 429s | timeouts (prompt tokens sent, possibly billed) | prompt tokens "
+        "| cached tokens | completion tokens | USD | unpriced calls |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = [("total", cost["total"])] + [
@@ -145,54 +151,69 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
     for name, s in rows:
         out.append(
             f"| {name} | {s['calls']} | {s['cached_calls']} | {s['attempts']} | {s['throttled']} | "
-            f"{s['timeouts']} ({s.get('timed_out_prompt_tokens', 0)}) | "
-            f"{s['prompt_tokens']} | {s['cached_tokens']} | {s['completion_tokens']} | {usd_text(s)} | {s['unpriced_calls']} |"
+            f"{s['timeouts']} ({s.get('timed_out_prompt_tokens', 0)}) | {s['prompt_tokens']} | {s['cached_tokens']} | "
+            f"{s['completion_tokens']} | {usd_text(s)} | {s['unpriced_calls']} |"
         )
     if levers := cost.get("savings_by_lever"):
-        usd = lambda name: f"${float(levers.get(name) or 0):.4f}"  # noqa: E731
-        prior = (
-            f", the document prior {usd('document_prior_usd')} (estimated)" if levers.get("document_prior_usd") else ""
-        )
-        total = cost["total"]
-        saved = (
-            f"Saved by the provider's prompt cache {usd('provider_cache_usd')}, the service tier "
-            f"{usd('service_tier_usd')}, the response cache {usd('response_cache_usd')}{prior} (from the recorded usage)."
-        )
-        if total["usd_known"]:
-            line = f"At list price the calls made cost {usd('list_usd')}. {saved}"
-        elif float(levers.get("list_usd") or 0):  # what is priced, said as such
-            unpriced = f"{total['unpriced_calls']} unpriced call(s)"
-            line = f"At list price the priced calls cost {usd('list_usd')}, the {unpriced} unknown. {saved}"
-        else:
-            line = f"At list price the calls made cost {usd_text(total)}, and so what each lever saved."
-        out += ["", line]
+        out += ["", _savings(levers, cost["total"])]
+    return out
+
+
+def _savings(levers: dict, total: dict) -> str:
+    def usd(name: str) -> str:
+        return f"${float(levers.get(name) or 0):.4f}"
+
+    prior = f", the document prior {usd('document_prior_usd')} (estimated)" if levers.get("document_prior_usd") else ""
+    saved = (
+        f"Saved by the provider's prompt cache {usd('provider_cache_usd')}, the service tier "
+        f"{usd('service_tier_usd')}, the response cache {usd('response_cache_usd')}{prior} (from the recorded usage)."
+    )
+    if total["usd_known"]:
+        return f"At list price the calls made cost {usd('list_usd')}. {saved}"
+    if float(levers.get("list_usd") or 0):  # what is priced, said as such
+        unpriced = f"{total['unpriced_calls']} unpriced call(s)"
+        return f"At list price the priced calls cost {usd('list_usd')}, the {unpriced} unknown. {saved}"
+    return f"At list price the calls made cost {usd_text(total)}, and so what each lever saved."
+
+
+def _gaps(state: RunState) -> list[str]:
     gaps = [(t, q, c) for q, t, c in state.calls() if c.prompt_token_gap is not None]
-    if gaps:
-        out += [
-            "",
-            f"## Prompt-token gaps ({len(gaps)} calls)",
-            "",
-            "The server counted under half of the prompt tokens sent: its chat format may drop the system prompt.",
-            "",
-            *(
-                f"- {t} {q}: {c.stage} call to {c.model}, server counted {c.usage.prompt_tokens} tokens, "
-                f"{c.prompt_token_gap} fewer than sent"
-                for t, q, c in gaps[:20]
-            ),
-        ]
-    if any(isinstance(m, dict) and "ndcg@5" in m for m in metrics.values()):
-        out += [
-            "",
-            "## Metrics (k = 5)",
-            "",
-            "| task | queries | NDCG@5 | MRR@5 | MAP@5 | missing |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for task, m in metrics.items():
-            if isinstance(m, dict) and "ndcg@5" in m:
-                out.append(
-                    f"| {task} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} | {m['missing']} |"
-                )
+    if not gaps:
+        return []
+    return [
+        "",
+        f"## Prompt-token gaps ({len(gaps)} calls)",
+        "",
+        "The server counted under half of the prompt tokens sent: its chat format may drop the system prompt.",
+        "",
+        *(
+            f"- {t} {q}: {c.stage} call to {c.model}, server counted {c.usage.prompt_tokens} tokens, "
+            f"{c.prompt_token_gap} fewer than sent"
+            for t, q, c in gaps[:20]
+        ),
+    ]
+
+
+def _metrics(metrics: dict) -> list[str]:
+    ranked = {task: m for task, m in metrics.items() if isinstance(m, dict) and "ndcg@5" in m}
+    if not ranked:
+        return []
+    out = [
+        "",
+        "## Metrics (k = 5)",
+        "",
+        "| task | queries | NDCG@5 | MRR@5 | MAP@5 | missing |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for task, m in ranked.items():
+        out.append(
+            f"| {task} | {m['queries']} | {m['ndcg@5']:.4f} | {m['mrr@5']:.4f} | {m['map@5']:.4f} | {m['missing']} |"
+        )
+    return out
+
+
+def _flags_and_failures(state: RunState) -> list[str]:
+    out = []
     flags = Counter(f for r in state.results.values() for f in r.ranking.flags)
     if flags:
         out += ["", "## Flags", "", *(f"- {flag}: {n} queries" for flag, n in sorted(flags.items()))]
@@ -200,4 +221,4 @@ def markdown(manifest: RunManifest, cost: dict, metrics: dict, state: RunState) 
     if failures:
         out += ["", f"## Failures ({len(failures)})", ""]
         out += [f"- {f.query_id or f'line {f.line}'}: {f.error}" for f in failures[:50]]
-    return "\n".join(out) + "\n"
+    return out

@@ -1,14 +1,12 @@
-"""A run's life: start (plan and enqueue), watch until every job has an outcome, finalize
-(status, counts, report files), resume. The CLI is a thin layer over this."""
+"""A run's life: start (plan and enqueue), watch until every job has an outcome (producer/watch.py),
+finalize (status, counts, report files), resume. The commands are a thin layer over this."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
 import socket
-import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -18,32 +16,30 @@ from decimal import Decimal
 from amqp.exceptions import ChannelError
 from celery import Celery
 from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from prism.estimate import Estimate
 from prism.llm import spending
 from prism.models import PromptCheck, QuestionPlan, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
-from producer.estimate import estimate_questions
+from producer.estimate import estimate_plans
 from producer.plan import Plan, plan_run
 from producer.prompt_check import CHECK_NAME, check_prompts
 from producer.questions import enqueue_questions, gather, question_changes
 from producer.spec import RunError, RunSpec
-from producer.state import RunState, cost_report, usd_text
+from producer.state import RunState
+from producer.watch import Watch, planned, total
 from workers import keys
 from workers import ledger as ledgers
 from workers import runtime as runtimes
 from workers.app import make_app
-from workers.batches import BatchDriver, BatchLimits
 from workers.budget import RunBudget
-from workers.circuit import outage_text
 from workers.corpus import Corpus
 from workers.embedded import embedded_worker
-from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, mark_last_over, outcome_keys
+from workers.ledger import Ledger, Outcome, has_outcome, mark_last_over, outcome_keys
+from workers.runfiles import RunFiles
 from workers.settings import Settings
-from workers.store import Store, get_model, open_store, put_model
+from workers.store import Store, open_store
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
@@ -74,7 +70,7 @@ def check_run_id(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class FleetView:
-    """The broker's queue and the workers' replies, as the producer's stall watch reads them."""
+    """The broker's queue and the workers' replies, as the stall watch reads them."""
 
     queued: int
     answering: int
@@ -117,11 +113,9 @@ class Runs:
             settings=self.settings.masked(),
             code_version=code_version(),
             embedded=self.settings.embedded,
-            budget_usd=spec.budget_usd,
             reuse=spec.reuse,
             corpus=spec.corpus,
             since=spec.since,
-            via=spec.via,
         )
         return self._execute(spec, manifest, wait, timeout)
 
@@ -133,26 +127,19 @@ class Runs:
         wait: bool,
         timeout: float | None,
         failed: bool = False,
-    ):
+    ) -> RunEnd:
         store, manifest = self.open_run(run_id, results)
         ledger = self.ledger(manifest.results)
         reopened = ledger.reopen(run_id, Outcome.SKIPPED)
         retried = ledger.reopen(run_id, Outcome.FAILED) if failed else 0
-        budget = budget_usd if budget_usd is not None else manifest.budget_usd
+        budget = budget_usd if budget_usd is not None else manifest.config.budget_usd
         if budget is not None and self.runtime.redis is not None:
             RunBudget(self.runtime.redis, run_id, budget).reopen()
+        config = manifest.config.model_copy(update={"budget_usd": budget})
         spec = RunSpec(
-            run_id,
-            manifest.input,
-            manifest.results,
-            manifest.config,
-            budget,
-            manifest.reuse,
-            corpus=manifest.corpus,
-            since=manifest.since,
-            via=manifest.via,
+            run_id, manifest.input, manifest.results, config, manifest.reuse, manifest.corpus, manifest.since
         )
-        manifest = manifest.model_copy(update={"budget_usd": budget, "finished_at": None, "error": None})
+        manifest = manifest.model_copy(update={"config": config, "finished_at": None, "error": None})
         again = f", {retried} failed job(s) run again" if failed else ""
         self.console.print(f"resuming {run_id}: {reopened} job(s) the budget had stopped are pending again{again}")
         return self._execute(spec, manifest, wait, timeout)
@@ -161,65 +148,75 @@ class Runs:
         if not wait and self.settings.embedded:
             raise RunError("--no-wait needs a fleet (PRISM_BROKER_URL): embedded workers stop when the command ends")
         budget = self._budget(spec)
-        store = self.runtime.store(spec.results)
-        driver = self._batch_driver(spec, store)
+        files = RunFiles(self.runtime.store(spec.results), spec.run_id)
+        self._check_batches(spec)
         manifest = manifest.model_copy(update={"owner": OWNER, "status": "planning"})
         if not manifest.prompt_checks:
             manifest = manifest.model_copy(update={"prompt_checks": self._check_prompts(spec, budget)})
-        put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
+        files.put_manifest(manifest)
         spent = budget.exhausted if budget else (lambda: False)
         with embedded_worker(self.app, self.settings.embedded_workers) if self.settings.embedded else nullcontext():
-            try:
-                plan = self._plan(spec, store, spent)
-            except Exception as err:  # noqa: BLE001 - the run is recorded failed, with the reason
-                failed = manifest.model_copy(
-                    update={"status": "failed", "error": f"planning failed: {_text(err)}", "finished_at": _now()}
-                )
-                put_model(store, RunLayout(spec.run_id).file("manifest.json"), failed)
-                raise
-            manifest = manifest.model_copy(
-                update={
-                    "status": "running",
-                    "owner": OWNER if self.settings.embedded else None,
-                    "counts": plan.counts(),
-                    "changes": plan.changes or manifest.changes,
-                    "corpus_versions": plan.corpus_versions or manifest.corpus_versions,
-                    "timings": manifest.timings | {"plan_s": plan.seconds},
-                }
-            )
-            put_model(store, RunLayout(spec.run_id).file("manifest.json"), manifest)
-            if plan.queries + plan.questions == 0 and plan.invalid_rows == 0:
-                error = f"{spec.input}: no input rows (an empty file, or a folder with no .jsonl files)"
-                failed = manifest.model_copy(update={"status": "failed", "error": error, "finished_at": _now()})
-                put_model(store, RunLayout(spec.run_id).file("manifest.json"), failed)
-                raise RunError(error)
+            plan, manifest = self._planned(spec, files, manifest, spent)
             if not wait:
                 return RunEnd(manifest)
-            state, requeues, paused = self.watch(
-                RunState(store, spec.run_id), plan, timeout, lambda: self._plan(spec, store, spent), driver
-            )
+            state = RunState(files.store, spec.run_id)
+            watch = Watch(self, state, plan, lambda: self._plan(spec, files.store, spent), spec.config.via == "batch")
+            watched = watch.until_done(timeout)
         timings = manifest.timings
-        if paused:  # the time the run waited for its LLM provider, over every resume
-            timings = timings | {"provider_unavailable_s": round(timings.get("provider_unavailable_s", 0) + paused, 3)}
-        manifest = manifest.model_copy(update={"requeues": manifest.requeues + requeues, "timings": timings})
-        end = self.finalize(state, manifest, spent())
+        if watched.paused:  # the time the run waited for its LLM provider, over every resume
+            waited = round(timings.get("provider_unavailable_s", 0) + watched.paused, 3)
+            timings = timings | {"provider_unavailable_s": waited}
+        manifest = manifest.model_copy(update={"requeues": manifest.requeues + watched.requeues, "timings": timings})
+        end = self.finalize(watched.state, manifest, spent())
         if end.manifest.changes:
             self.console.print(report.changes_text(end.manifest.changes))
         return end
 
+    def _planned(
+        self, spec: RunSpec, files: RunFiles, manifest: RunManifest, spent: Callable[[], bool]
+    ) -> tuple[Plan, RunManifest]:
+        """The run planned and enqueued, its manifest saying so; a planning that fails or finds no
+        input ends the run failed, with the reason."""
+        try:
+            plan = self._plan(spec, files.store, spent)
+        except Exception as err:  # noqa: BLE001 - the run is recorded failed, with the reason
+            files.put_manifest(_failed(manifest, f"planning failed: {_text(err)}"))
+            raise
+        manifest = manifest.model_copy(
+            update={
+                "status": "running",
+                "owner": OWNER if self.settings.embedded else None,
+                "counts": plan.counts(),
+                "changes": plan.changes or manifest.changes,
+                "corpus_versions": plan.corpus_versions or manifest.corpus_versions,
+                "timings": manifest.timings | {"plan_s": plan.seconds},
+            }
+        )
+        files.put_manifest(manifest)
+        if plan.queries + plan.questions == 0 and plan.invalid_rows == 0:
+            error = f"{spec.input}: no input rows (an empty file, or a folder with no .jsonl files)"
+            files.put_manifest(_failed(manifest, error))
+            raise RunError(error)
+        return plan, manifest
+
     def _plan(self, spec: RunSpec, store: Store, spent: Callable[[], bool]) -> Plan:
         progress = self.runtime.progress
         base = progress.count(keys.progress(store.uri, spec.run_id)) if progress is not None else 0
+        ledger = self.ledger(spec.results)
         with self.console.status("planning...") as status:
-
-            def on_query(p: Plan) -> None:
-                status.update(f"planning: {p.documents} document and {p.chunks} chunk queries")
-
-            ledger = self.ledger(spec.results)
             if spec.corpus is not None:  # a question set over a corpus: each question is planned on the fleet
-                plan = enqueue_questions(spec, store, ledger, self.settings)
+                plan = enqueue_questions(self.app, spec, store, ledger, self.settings)
             else:
-                plan = plan_run(spec, ledger, self.settings, spent, on_query=on_query)
+
+                def on_query(p: Plan) -> None:
+                    status.update(f"planning: {p.documents} document and {p.chunks} chunk queries")
+
+                plan = plan_run(self.app, spec, ledger, self.settings, spent, on_query=on_query)
+        self._said(spec, plan)
+        plan.progress_base = base
+        return plan
+
+    def _said(self, spec: RunSpec, plan: Plan) -> None:
         if spec.corpus is not None:
             self.console.print(
                 f"enqueued {plan.questions} questions for planning on the fleet; {plan.invalid_rows} invalid rows"
@@ -239,8 +236,6 @@ class Runs:
                 f"{plan.kept_failures} failed job(s) of this run kept as failed: "
                 f"`prism resume {spec.run_id} --failed` runs them again"
             )
-        plan.progress_base = base
-        return plan
 
     def _check_prompts(self, spec: RunSpec, budget: RunBudget | None) -> list[PromptCheck]:
         """Whether each endpoint's model reads the system prompt (charged to the run's budget);
@@ -259,23 +254,17 @@ class Runs:
                 self.console.print(f"[bold red]warning:[/bold red] {check.text()}", highlight=False)
         return checks
 
-    def _batch_driver(self, spec: RunSpec, store: Store) -> BatchDriver | None:
-        """The producer submits and polls a batch-mode run's batches (its ids are in the run's
-        store, so a resumed run polls them instead of submitting again)."""
-        if spec.via != "batch":
-            return None
-        s, gateway = self.settings, self.runtime.gateway
-        if gateway is None:
-            return None  # no LLM: the $0 rankers make no request to batch
-        if gateway.cache is None:
+    def _check_batches(self, spec: RunSpec) -> None:
+        """A batch-mode run's answers wait in the response cache, where its jobs find them (the
+        fleet submits and polls its batches: workers/batches.py)."""
+        gateway = self.runtime.gateway
+        if spec.config.via == "batch" and gateway is not None and gateway.cache is None:
             raise RunError(
                 "--via batch needs the response cache, where the batches' answers wait: set PRISM_CACHE=true"
             )
-        limits = BatchLimits(s.batch_max_lines, int(s.batch_max_mb * 1024 * 1024), s.batch_max_tries, s.batch_gather_s)
-        return BatchDriver(store, spec.run_id, gateway, limits, self._budget(spec))
 
     def _budget(self, spec: RunSpec) -> RunBudget | None:
-        if spec.budget_usd is None:
+        if spec.config.budget_usd is None:
             return None
         if self.runtime.redis is None:
             raise RunError("a run budget needs Redis: set PRISM_BROKER_URL (or PRISM_REDIS_URL)")
@@ -284,118 +273,11 @@ class Runs:
             model = spec.config.models[stage]
             if prices.usd(model, Usage(prompt_tokens=1000)) is None:
                 raise RunError(f"model {model!r} has no price, so a budget cannot be kept; add it to PRISM_PRICES_FILE")
-        return RunBudget(self.runtime.redis, spec.run_id, spec.budget_usd)
+        return RunBudget(self.runtime.redis, spec.run_id, spec.config.budget_usd)
 
-    # -- watch -------------------------------------------------------------------------------
+    # -- what the watch asks ---------------------------------------------------------------------
 
-    def watch(
-        self,
-        state: RunState,
-        plan: Plan,
-        timeout: float | None,
-        replan: Callable[[], Plan],
-        driver: BatchDriver | None = None,
-    ) -> tuple[RunState, int, float]:
-        """Wait until every enqueued job has an outcome. Progress is counted beside the store
-        (Redis, or memory when embedded); the store is read every few seconds for the cost
-        line. When nothing moves for ``stall_s`` and no worker holds a task, the missing jobs
-        were lost (a broker restart, a chord that cannot finish): enqueue them again,
-        ``max_requeues`` times at most, then record them as failed. Outcomes are write-once,
-        so a job that was only slow is not stored twice. While an LLM endpoint is down (its
-        circuit open) the jobs wait for it: that is no stall, and the progress line says so.
-        A batch-mode run's batches are polled, and new ones submitted, every ``batch_poll_s``.
-        Returns the state, the requeues and the seconds the provider was unavailable."""
-        s, progress = self.settings, self.runtime.progress
-        run = keys.progress(state.store.uri, state.layout.run_id)
-        planned_key = keys.planned(state.store.uri, state.layout.run_id)
-        deadline = time.monotonic() + timeout if timeout else None
-
-        def counted() -> Callable[[], tuple[int, int, bool]]:
-            """Outcomes so far, the outcomes waited for, and whether that total is final: a
-            question set's grows as its questions are planned (one each until then)."""
-            rows = plan.queries - plan.not_enqueued
-            if plan.questions:
-                if progress is None:
-                    return lambda: (state.poll().finished, *_planned(state, plan.questions))
-                return lambda: (progress.count(run), *_total(progress.planned(planned_key), plan.questions))
-            if progress is None:
-                return lambda: (state.poll().finished, rows, True)
-            base, offset = plan.progress_base, plan.already_done
-            return lambda: (offset + progress.count(run) - base, rows, True)
-
-        finished_now, requeues = counted(), 0
-        last_finished, last_change, last_read, last_tick, batches = -1, time.monotonic(), 0.0, 0.0, ""
-        summary, down, down_from, paused = "", "", 0.0, 0.0  # down: the outage line, from when
-        calm_until = 0.0  # no stall before the jobs an outage deferred are back
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, TimeRemainingColumn(), console=self.console) as bar_view:
-            bar = bar_view.add_task("ranking", total=None)
-            while True:
-                try:
-                    if driver is not None and time.monotonic() - last_tick >= s.batch_poll_s:
-                        batches, last_tick = "; " + driver.tick(), time.monotonic()
-                    finished, expected, final = finished_now()
-                    done = final and finished >= expected
-                    if time.monotonic() - last_read > 10 or done:
-                        state.poll()
-                        last_read = time.monotonic()
-                        summary = f" (failed {len(state.job_failures)}, {usd_text(cost_report(state)['total'])})"
-                    outages = self.runtime.outages()
-                except Exception as err:  # noqa: BLE001 - the store or Redis may be down a while
-                    bar_view.console.print(
-                        f"[yellow]cannot read the run's progress ({type(err).__name__}); retrying[/]"
-                    )
-                    time.sleep(2)
-                    continue
-                if outages:
-                    line = f"{outage_text(outages)}, {max(0, expected - finished)} jobs waiting"
-                    if not down:
-                        down_from = time.monotonic()
-                        said = f"{line}: {outages[0][1].error}; they wait for it up to PRISM_OUTAGE_S={s.outage_s:g} s"
-                        bar_view.console.print(f"[yellow]{escape(said)}[/yellow]")
-                    down, last_change = line, time.monotonic()  # the jobs wait for the provider: no stall
-                    # A job deferred for it is back within its wait and the task's jitter (at most as long).
-                    calm_until = time.monotonic() + 2 * max(o.wait_s() for _, o in outages)
-                elif down:
-                    paused += time.monotonic() - down_from
-                    bar_view.console.print(f"provider back after {time.monotonic() - down_from:.0f} s unavailable")
-                    down = ""
-                bar_view.update(
-                    bar,
-                    completed=finished,
-                    total=expected,
-                    description=f"ranking{summary}{batches}" + (f"; {down}" if down else ""),
-                )
-                if done or (deadline and time.monotonic() > deadline):
-                    return state, requeues, paused + (time.monotonic() - down_from if down else 0.0)
-                if finished != last_finished:
-                    last_finished, last_change = finished, time.monotonic()
-                elif (
-                    time.monotonic() > calm_until
-                    and time.monotonic() - last_change > s.stall_s
-                    and (fleet := self._fleet()).stalled
-                ):
-                    if fleet.queued:  # jobs wait and no worker is there to take them
-                        bar_view.console.print(
-                            f"[yellow]no progress for {s.stall_s:.0f} s, {fleet.queued} jobs queued and no worker "
-                            "answers: start workers (celery -A workers.app worker)[/]"
-                        )
-                        last_change = time.monotonic()
-                        continue
-                    if requeues >= s.max_requeues:
-                        self._record_lost(state, requeues)
-                        continue
-                    requeues += 1
-                    bar_view.console.print(
-                        f"[yellow]no progress for {s.stall_s:.0f} s and no worker busy: enqueuing the "
-                        f"{expected - finished} missing jobs again[/yellow]"
-                    )
-                    plan = replan()
-                    finished_now = counted()
-                    last_change = time.monotonic()
-                time.sleep(0.25 if s.embedded else 0.5)
-
-    def _fleet(self) -> FleetView:
+    def fleet(self) -> FleetView:
         """What the broker and the workers say: the queue's length (the embedded broker's too),
         and the workers' state (embedded: the in-process worker's own; a fleet: the workers'
         replies). The broker down counts as busy, since nothing can be told."""
@@ -423,70 +305,58 @@ class Runs:
             except ChannelError:  # no such queue: a restarted broker that lost it, so nothing waits
                 return 0
 
-    def _record_lost(self, state: RunState, requeues: int) -> None:
+    def record_lost(self, state: RunState, requeues: int) -> None:
         """Give every enqueued job still without an outcome a failure that says why."""
         layout, listed = state.layout, outcome_keys(state.store, state.layout.run_id)
         ledger = self.ledger(state.store.uri)
         error = f"no outcome after {requeues} requeue(s): the job was lost or its chord never completed"
-        for p in _run_rows(state.store, layout, self.runtime.progress):
-            if p["state"] in (Outcome.PENDING, "reused") or has_outcome(
-                listed, layout.run_id, p["task"], p["query_id"]
-            ):
-                continue  # not enqueued (the budget), reused (an outcome by reference) or done
+        for p in _run_rows(state.files, self.runtime.progress):
+            if p["state"] == Outcome.PENDING or has_outcome(listed, layout.run_id, p["task"], p["query_id"]):
+                continue  # not enqueued (the budget), or it has its outcome
             ledger.lost(layout.run_id, p["task"], p["query_id"], p["line"], error)
 
     # -- finalize ----------------------------------------------------------------------------
 
     def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
         """The run's status and counts from what is stored, then every report file."""
+        plans: list[QuestionPlan] = []
         if manifest.corpus:  # a question set: its questions' plans, gathered into plan.jsonl and questions.jsonl
             plans, _ = gather(state.store, manifest.run_id, self.runtime.progress)
             manifest = manifest.model_copy(update={"counts": manifest.counts | _question_counts(plans)})
             if manifest.since and manifest.changes:
                 manifest = manifest.model_copy(update={"changes": question_changes(manifest.changes, plans)})
-        state.poll()  # after the gathering: the results reused by reference are named in plan.jsonl
-        failed = state.job_failures
-        outcomes = {(r.task, r.query_id) for r in state.results.values()} | {(f.task, f.query_id) for f in failed}
-        pending = [p for p in _plan_rows(state.store, state.layout) if (p["task"], p["query_id"]) not in outcomes]
+        state.poll()
+        outcomes: set[tuple[str | None, str | None]] = {(r.task, r.query_id) for r in state.results.values()}
+        outcomes |= {(f.task, f.query_id) for f in state.job_failures}
+        pending = [p for p in state.files.plan() if (p["task"], p["query_id"]) not in outcomes]
         counts = manifest.counts | {
             "done": len(state.results),
-            "failed": len(failed),
+            "failed": len(state.job_failures),
             "invalid_rows": len(state.input_failures),
             "pending": len(pending),
             "skipped": len(state.skipped),
             "reused": sum(1 for r in state.results.values() if r.reused_from),
         }
-        status, error = settle_status(manifest, counts, budget_spent or bool(state.skipped))
-        # A run that had ended keeps its end: a later report does not move its wall time.
-        ended = manifest.status in FINISHED and manifest.finished_at is not None
-        now = manifest.finished_at if ended and manifest.finished_at else _now()
-        manifest = manifest.model_copy(
-            update={
-                "status": status,
-                "error": error,
-                "owner": None if status in FINISHED else manifest.owner,
-                "finished_at": now,
-                "counts": counts,
-                "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
-            }
-        )
+        manifest = _settled(manifest, counts, budget_spent or bool(state.skipped))
         corpus = Corpus(self.runtime.store(manifest.corpus)) if manifest.corpus else None
-        cost, metrics = report.write(state, manifest, pending, corpus, self._estimate(manifest))
-        if manifest.corpus and status in ENDED:  # what a `--new` run may start from
+        cost, metrics = report.write(state, manifest, pending, corpus, self._estimate(manifest, plans, corpus))
+        if manifest.corpus and manifest.status in ENDED:  # what a `--new` run may start from
             mark_last_over(state.store, manifest.corpus, manifest.run_id)
         return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
 
-    def _estimate(self, manifest: RunManifest) -> Estimate | str | None:
-        """What `prism estimate --questions` says of a question-set run that calls an LLM (None
-        otherwise), under the settings it ran with; why not, where it cannot be made."""
+    def _estimate(
+        self, manifest: RunManifest, plans: list[QuestionPlan], corpus: Corpus | None
+    ) -> Estimate | str | None:
+        """What the run's plans would cost as `prism estimate` prices them, for a question-set run
+        that calls an LLM (None otherwise), under the settings it ran with; why not, where it
+        cannot be made. The plans are the run's own: nothing is planned again, no filing read."""
         config = manifest.config
-        if manifest.corpus is None or not (config.uses_llm("documents") or config.uses_llm("chunks")):
+        if corpus is None or not (config.uses_llm("documents") or config.uses_llm("chunks")):
             return None
-        recorded = {k: manifest.settings[k] for k in ("filings_per_question", "service_tier") if k in manifest.settings}
+        recorded = {k: manifest.settings[k] for k in ("service_tier",) if k in manifest.settings}
         try:
             settings = self.settings.model_copy(update=recorded)
-            outputs = config.expected_outputs(settings.llm_expected_output_tokens)
-            return estimate_questions(manifest.input, manifest.corpus, settings, config, outputs).estimate
+            return estimate_plans(plans, corpus, settings, config)
         except Exception as err:  # noqa: BLE001 - the report says why and is written all the same
             return _text(err)
 
@@ -503,14 +373,14 @@ class Runs:
             return manifest.counts.get("documents", 0) + manifest.counts.get("chunks", 0)
         progress, state = self.runtime.progress, RunState(store, manifest.run_id)
         if progress is None:
-            return _planned(state, questions)[0]
-        return _total(progress.planned(keys.planned(store.uri, manifest.run_id)), questions)[0]
+            return planned(state, questions)[0]
+        return total(progress.planned(keys.planned(store.uri, manifest.run_id)), questions)[0]
 
     def open_run(self, run_id: str, results: str | None) -> tuple[Store, RunManifest]:
         check_run_id(run_id)
         store = open_store(results or self.settings.results, self.settings)
         try:
-            return store, get_model(store, RunLayout(run_id).file("manifest.json"), RunManifest)
+            return store, RunFiles(store, run_id).manifest()
         except KeyError:
             raise RunError(f"no run {run_id!r} in {store.uri}") from None
 
@@ -523,16 +393,22 @@ class Runs:
         return store, manifest
 
 
-def _total(planned: tuple[int, int], questions: int) -> tuple[int, bool]:
-    """The outcomes a question set waits for: its planned questions', one for each other."""
-    count, outcomes = planned
-    return outcomes + max(0, questions - count), count >= questions
-
-
-def _planned(state: RunState, questions: int) -> tuple[int, bool]:
-    """The same, read from the questions' plans in the store (no Redis to count them beside it)."""
-    plans = [get_model(state.store, k, QuestionPlan) for k in state.store.keys(state.layout.file("questions/"))]
-    return _total((len(plans), sum(p.outcomes for p in plans)), questions)
+def _settled(manifest: RunManifest, counts: dict, budget_spent: bool) -> RunManifest:
+    """The manifest with its status, counts and end time; a run that had ended keeps its end, so a
+    later report does not move its wall time."""
+    status, error = settle_status(manifest, counts, budget_spent)
+    ended = manifest.status in FINISHED and manifest.finished_at is not None
+    now = manifest.finished_at if ended and manifest.finished_at else _now()
+    return manifest.model_copy(
+        update={
+            "status": status,
+            "error": error,
+            "owner": None if status in FINISHED else manifest.owner,
+            "finished_at": now,
+            "counts": counts,
+            "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
+        }
+    )
 
 
 def settle_status(manifest: RunManifest, counts: dict, budget_spent: bool) -> tuple[str, str | None]:
@@ -554,6 +430,10 @@ def settle_status(manifest: RunManifest, counts: dict, budget_spent: bool) -> tu
     if budget_spent:
         return "budget_exhausted", None
     return "incomplete", None
+
+
+def _failed(manifest: RunManifest, error: str) -> RunManifest:
+    return manifest.model_copy(update={"status": "failed", "error": error, "finished_at": _now()})
 
 
 def _alive(owner: str) -> bool:
@@ -581,20 +461,11 @@ def _question_counts(plans: list[QuestionPlan]) -> dict[str, int]:
     }
 
 
-def _run_rows(store: Store, layout: RunLayout, progress: ledgers.Progress | None) -> Iterator[dict]:
+def _run_rows(files: RunFiles, progress: ledgers.Progress | None) -> Iterator[dict]:
     """The run's plan rows; a question set's gathered from its questions' plans first."""
-    if store.exists(layout.file("questions-enqueued.jsonl")):
-        gather(store, layout.run_id, progress)
-    return _plan_rows(store, layout)
-
-
-def _plan_rows(store: Store, layout: RunLayout) -> Iterator[dict]:
-    try:
-        data = store.get(layout.file("plan.jsonl"))
-    except KeyError:
-        return
-    for line in data.splitlines():
-        yield json.loads(line)
+    if files.has_enqueued():
+        gather(files.store, files.layout.run_id, progress)
+    return files.plan()
 
 
 def code_version() -> str:

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from decimal import Decimal
 
 from pydantic import BaseModel
 
 from prism.metrics import evaluate
-from prism.models import CallRecord, Failure, JobResult, Spent
+from prism.models import CallRecord, Failure, JobResult, Reference, Spent
 from workers.ledger import Outcome, RunLayout
+from workers.runfiles import RunFiles
 from workers.store import Store, get_model
 
 
@@ -20,9 +20,11 @@ class RunState:
 
     def __init__(self, store: Store, run_id: str):
         self.store, self.layout = store, RunLayout(run_id)
+        self.files = RunFiles(store, run_id)
         self.results: dict[str, JobResult] = {}  # by store key
         self.failures: dict[str, Failure] = {}  # input errors, failed jobs and budget skips
         self.spent: dict[str, Spent] = {}
+        self.referenced: set[str] = set()  # the reference records read
 
     def poll(self) -> RunState:
         layout = self.layout
@@ -45,24 +47,17 @@ class RunState:
         return self
 
     def _references(self) -> None:
-        """Results this run reuses by reference (a question set's unchanged pairs, named in its
-        plan.jsonl once gathered): read from the run that stored them, as this run's, with no
-        calls (nothing was spent on them here)."""
-        try:
-            lines = self.store.get(self.layout.file("plan.jsonl")).decode().splitlines()
-        except KeyError:
-            return
-        for line in lines:
-            if '"reused": "' not in line:
+        """Results this run reuses by reference (a question set's unchanged pairs): read from the
+        run that stored them, as this run's, with no calls (nothing was spent on them here)."""
+        for key in self.store.keys(self.layout.folder(Outcome.REUSED)):
+            if key in self.referenced:
                 continue
-            row = json.loads(line)
-            key = self.layout.result(row["task"], row["query_id"])
-            if key not in self.results:
-                earlier = get_model(self.store, row["reused"], JobResult)
-                # Under this run's query id: the same question may have had another id there.
-                run_id, query_id, since = self.layout.run_id, row["query_id"], row["since"]
-                update = {"run_id": run_id, "query_id": query_id, "reused_from": since, "calls": []}
-                self.results[key] = earlier.model_copy(update=update)
+            found = get_model(self.store, key, Reference)
+            earlier = get_model(self.store, found.result, JobResult)
+            # Under this run's query id: the same question may have had another id there.
+            update = {"run_id": found.run_id, "query_id": found.query_id, "reused_from": found.since, "calls": []}
+            self.results[self.layout.result(found.task, found.query_id)] = earlier.model_copy(update=update)
+            self.referenced.add(key)
 
     def _without_result(self, kind: str) -> list[Failure]:
         done = {(r.task, r.query_id) for r in self.results.values()}
@@ -223,11 +218,7 @@ def _cascade_savings(state: RunState, document_calls: CostSummary | None) -> dic
 
 def run_metrics(state: RunState, k: int = 5) -> dict[str, dict[str, float]]:
     """NDCG@k, MRR@k, MAP@k per task and over all queries, where the run has qrels."""
-    try:
-        lines = state.store.get(state.layout.file("qrels.jsonl")).splitlines()
-    except KeyError:
-        return {}
-    qrels = {row["query_id"]: {int(i): g for i, g in row["qrel"].items()} for row in map(json.loads, lines)}
+    qrels = {row["query_id"]: {int(i): g for i, g in row["qrel"].items()} for row in state.files.qrels()}
     if not qrels:
         return {}
     rankings = {(r.task, r.query_id): r.ranking.indices for r in state.results.values()}

@@ -25,7 +25,7 @@ from celery.exceptions import Retry
 from pydantic import BaseModel
 
 from prism import icl
-from prism.llm import BudgetExhausted, RateLimited, batching, recording, spending
+from prism.llm import AwaitingBatch, BudgetExhausted, RateLimited, batching, recording, spending
 from prism.models import CallRecord
 from workers import runtime
 from workers.messages import AggregateJob, Job, SegmentJob
@@ -65,6 +65,8 @@ class JobTask(Task):
             except Retry:
                 raise
             except (RateLimited, *TRANSIENT) as err:
+                if isinstance(err, AwaitingBatch):
+                    rt.tick_batches(job)  # whoever waits on a batch may be the one to move it on
                 if isinstance(err, RateLimited) or self.request.retries < MAX_TRANSIENT_RETRIES:
                     raise self._later(args, calls, err) from None
                 return self._settle(

@@ -15,7 +15,7 @@ from prism.ingest import parse_meta_jsonl
 from tasks.base import MAX_TRANSIENT_RETRIES, TRANSIENT, _text
 from workers import runtime
 from workers.corpus import Corpus, failed_source, ingest_file
-from workers.messages import IngestJob
+from workers.messages import IngestJob, TaskName
 from workers.store import open_input
 
 log = structlog.get_logger("prism")
@@ -43,7 +43,7 @@ class IngestTask(Task):
         return failed_source(Corpus(runtime.of(self.app).store(job.corpus)), job.uri, reason).model_dump(mode="json")
 
 
-@shared_task(bind=True, base=IngestTask, name="prism.ingest_file")
+@shared_task(bind=True, base=IngestTask, name=TaskName.INGEST_FILE)
 def ingest_filing(self: IngestTask, message: dict) -> dict:
     job = IngestJob.model_validate(message)
     rt = runtime.of(self.app)

@@ -11,7 +11,7 @@ from celery import chord, shared_task
 from prism.models import CallRecord, Ranking, SegmentOutcome
 from prism.strategies import chunks
 from tasks.base import JobTask, QueryTask
-from workers.messages import AggregateJob, ChunkJob, DocumentJob, Priority, SegmentJob
+from workers.messages import AggregateJob, ChunkJob, DocumentJob, Priority, SegmentJob, TaskName
 from workers.runtime import Runtime
 
 log = structlog.get_logger("prism")
@@ -67,7 +67,7 @@ def _segment_calls(agg: AggregateJob, args: tuple) -> list[CallRecord]:
     return [c for o in [*agg.earlier, *_outcomes(args)] for c in o.calls]
 
 
-@shared_task(name="prism.rank_documents", bind=True, base=DocumentTask, ignore_result=True)
+@shared_task(name=TaskName.RANK_DOCUMENTS, bind=True, base=DocumentTask, ignore_result=True)
 def rank_documents(self: DocumentTask, message: dict) -> None:
     job, started = DocumentJob.model_validate(message), datetime.now(UTC)
     ranker = self.runtime.ranker(job.config, "documents")
@@ -78,18 +78,18 @@ def rank_documents(self: DocumentTask, message: dict) -> None:
     log.info("job done", flags=ranking.flags)
 
 
-@shared_task(name="prism.rank_segment", bind=True, base=SegmentTask)
+@shared_task(name=TaskName.RANK_SEGMENT, bind=True, base=SegmentTask)
 def rank_segment(self: SegmentTask, message: dict) -> dict:
     return _ranked(self.runtime, SegmentJob.model_validate(message)).model_dump(mode="json")
 
 
-@shared_task(name="prism.aggregate_segments", bind=True, base=AggregateTask, ignore_result=True)
+@shared_task(name=TaskName.AGGREGATE_SEGMENTS, bind=True, base=AggregateTask, ignore_result=True)
 def aggregate_segments(self: AggregateTask, outcomes: list[dict], message: dict) -> None:
     agg = AggregateJob.model_validate(message)
     _aggregate(self.runtime, agg, _outcomes((outcomes,)), lambda: self.paid(agg, _segment_calls(agg, (outcomes,))))
 
 
-@shared_task(name="prism.rank_whole", bind=True, base=WholeTask, ignore_result=True)
+@shared_task(name=TaskName.RANK_WHOLE, bind=True, base=WholeTask, ignore_result=True)
 def rank_whole(self: WholeTask, message: dict) -> None:
     seg = SegmentJob.model_validate(message)
     _aggregate(self.runtime, AggregateJob(job=seg.job, level=0), [_ranked(self.runtime, seg)], lambda: self.paid(seg))
@@ -165,7 +165,3 @@ def enqueue_level(
     callback = AggregateJob(job=job, level=level, earlier=list(earlier or []), carried=list(carried or []))
     body = aggregate_segments.s(callback.model_dump(mode="json")).set(priority=Priority.FOLLOW_UP)
     chord(header, body).apply_async()
-
-
-def enqueue_documents(job: DocumentJob) -> None:
-    rank_documents.apply_async((job.model_dump(mode="json"),), priority=Priority.FIRST_ROUND)

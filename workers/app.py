@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from celery import Celery
 from celery.signals import celeryd_init, worker_process_init, worker_ready
+from pydantic import BaseModel
 
 from workers import keys, logs
 from workers.embedded import BROKER_URL, RESULT_BACKEND
@@ -54,6 +55,11 @@ def make_app(settings: Settings | None = None, tasks: tuple[str, ...] = TASK_MOD
     )
     app.prism_settings = settings
     return app
+
+
+def send(app: Celery, task: str, message: BaseModel, priority: Priority) -> None:
+    """Enqueue a task by its name (workers.messages.TaskName): the sender imports none of its code."""
+    app.send_task(task, args=[message.model_dump(mode="json")], priority=int(priority))
 
 
 def reach_broker(app: Celery) -> None:

@@ -2,8 +2,9 @@
 
 A job's chat request that the response cache cannot answer is recorded as pending in the run's
 store (:class:`StoreBatchQueue`, under the request's cache key) and the job is put back on the
-queue to look again later (``AwaitingBatch``). The producer's :class:`BatchDriver`, on every
-poll, gathers the pending requests no batch holds into input files (one model per file, at most
+queue to look again later (``AwaitingBatch``). On the way, the worker that holds the run's tick
+lock (:class:`TickLock`, once per poll interval across the fleet) runs the :class:`BatchDriver`: it
+gathers the pending requests no batch holds into input files (one model per file, at most
 ``max_lines`` lines and ``max_bytes``), uploads and submits them with the 24 h window, stores
 each batch's record in the run, and polls the open ones. An ended batch's answers go into the
 response cache, where the jobs find them, and each answered line is accounted once, at batch
@@ -11,19 +12,21 @@ prices, in the run's spent/ records under the job that asked for it, and charged
 budget (a spent budget stops new requests from joining a batch). Failed, expired and
 cancelled lines wait for the next batch; after ``max_tries`` they are sent online.
 
-Everything lives in the run's store, so a producer that is killed and resumed polls the batches
-it had submitted (and adopts any it submitted but did not get to record) instead of paying
-for them again.
+Everything lives in the run's store and each tick reads it afresh, so any worker can tick: the
+batches are polled, not submitted again, and a batch submitted by a worker killed before it
+recorded it is adopted instead of paid for twice. No producer needs to be there.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
+import redis
 import structlog
 
 from prism import batch
@@ -47,7 +50,7 @@ class StoreBatchQueue:
         if self.store.exists(self.layout.batch("online", key)):
             return False
         entry: dict = {"key": key, "stage": stage, "model": model, "body": body, "task": self.job.task}
-        entry |= {"query_id": self.job.query_id, "tries": 0, "errors": []}
+        entry |= {"query_id": self.job.query_id, "tries": 0, "errors": [], "at": time.time()}
         self.store.put(self.layout.batch("pending", key), json.dumps(entry).encode(), if_absent=True)
         return True
 
@@ -92,18 +95,13 @@ class BatchDriver:
         self.layout = RunLayout(run_id)
         self.records: dict[str, dict] = {}
         self.pending: dict[str, dict] = {}
-        self._loaded = False
-        self._waiting, self._changed = 0, time.monotonic()
 
     # -- the poll --------------------------------------------------------------------------
 
     def tick(self) -> str:
         """Poll the open batches, take in the ended ones, submit what waits; a progress line."""
-        if not self._loaded:
-            self._load()
-            if not self._loaded:  # submitting now could send again what an unlisted batch holds
-                return "batches: waiting for the provider to list this run's batches"
-        self._read_pending()
+        if not self._load():  # submitting now could send again what an unlisted batch holds
+            return "batches: waiting for the provider to list this run's batches"
         for record in [r for r in self.records.values() if not r["ingested"]]:
             try:
                 view = self.gateway.get_batch(record["stage"], record["id"])
@@ -130,12 +128,14 @@ class BatchDriver:
 
     # -- state in the store ----------------------------------------------------------------
 
-    def _load(self) -> None:
+    def _load(self) -> bool:
+        """The run's batches and waiting requests as stored now, and those the provider holds
+        that no record names; False when the provider could not list them."""
         for key in self.store.keys(self.layout.batch("batches")):
             record = json.loads(self.store.get(key))
             self.records[record["id"]] = record
         self._read_pending()
-        self._loaded = self._adopt()
+        return self._adopt()
 
     def _read_pending(self) -> None:
         listed = {k.rsplit("/", 1)[-1].removesuffix(".json"): k for k in self.store.keys(self.layout.batch("pending"))}
@@ -198,12 +198,10 @@ class BatchDriver:
     def _submit(self) -> None:
         in_flight = {c for r in self.open_batches for c in r["lines"]}
         waiting = {k: e for k, e in self.pending.items() if k not in in_flight}
-        now = time.monotonic()
-        if len(waiting) != self._waiting:
-            self._waiting, self._changed = len(waiting), now
         full = len(waiting) >= self.limits.max_lines
-        if not waiting or (now - self._changed < self.limits.gather_s and not full):
-            return
+        newest = max((e.get("at", 0.0) for e in waiting.values()), default=0.0)
+        if not waiting or (time.time() - newest < self.limits.gather_s and not full):
+            return  # requests still join: they gather until none has for gather_s
         for key in list(waiting):
             if self.cache.get(key) is not None:  # answered meanwhile (a line of another batch)
                 self._drop(key)
@@ -224,7 +222,6 @@ class BatchDriver:
                     return  # the next poll tries again
                 self._record(view, stage, model, [key for key, _ in part])
                 log.info("batch submitted", batch_id=view["id"], model=model, lines=len(part))
-        self._waiting = 0
 
     # -- take in an ended batch ------------------------------------------------------------
 
@@ -311,3 +308,34 @@ class BatchDriver:
             return
         self.pending[key] = entry
         self.store.put(self.layout.batch("pending", key), json.dumps(entry).encode())
+
+
+class TickLock:
+    """Who ticks a run's batches: one worker at a time, fleet-wide (a Redis key), or in this
+    process for an embedded run. It is taken for a lease longer than any tick (so a worker killed
+    mid-tick frees it in time) and, once the tick is done, kept for the poll interval."""
+
+    LEASE_S = 300.0
+
+    def __init__(self, client: redis.Redis | None):
+        self.client = client
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> bool:
+        if self.client is not None:
+            return bool(self.client.set(key, b"1", nx=True, px=int(self.LEASE_S * 1000)))
+        with self._lock:
+            now = time.monotonic()
+            if now < self._until.get(key, 0.0):
+                return False
+            self._until[key] = now + self.LEASE_S
+            return True
+
+    def keep(self, key: str, hold_s: float) -> None:
+        """The tick is done: no other for ``hold_s``."""
+        if self.client is not None:
+            self.client.pexpire(key, max(1, int(hold_s * 1000)))
+            return
+        with self._lock:
+            self._until[key] = time.monotonic() + hold_s

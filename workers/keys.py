@@ -107,6 +107,12 @@ def plans(store_uri: str, run_id: str) -> str:
     return f"{_run(store_uri, run_id)}:plans"
 
 
+def batch_tick(store_uri: str, run_id: str) -> str:
+    """A batch-mode run's tick lock: held by the worker that polls and submits its batches while it
+    does, then for one poll interval (PRISM_BATCH_POLL_S)."""
+    return f"{_run(store_uri, run_id)}:batch-tick"
+
+
 def _run(store_uri: str, run_id: str) -> str:
     store = hashlib.sha256(store_uri.encode()).hexdigest()[:12]
     return f"prism:run:{store}:{run_id}"

@@ -5,6 +5,7 @@
     runs/<run_id>/results/<task>/<name>.json       a result                    (Outcome.DONE)
     runs/<run_id>/failures/<task>/<name>.json      a failure and its reason    (Outcome.FAILED)
     runs/<run_id>/skipped/<task>/<name>.json       stopped by the run's budget (Outcome.SKIPPED)
+    runs/<run_id>/reused/<task>/<name>.json        an earlier run's result, by reference (Outcome.REUSED)
     runs/<run_id>/failures/input/<name>.json       a bad input row or file     (Outcome.INVALID)
     runs/<run_id>/inputs/<name>.json               a chunk query's candidates (claim check)
     runs/<run_id>/spent/<id>.json                  calls no outcome holds (a second delivery, a batch's lines)
@@ -29,7 +30,7 @@ import structlog
 from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel
 
-from prism.models import CallRecord, Cited, Failure, JobResult, Ranking, Spent, Task
+from prism.models import CallRecord, Cited, Failure, JobResult, Ranking, Reference, Spent, Task
 from workers import keys
 from workers.messages import Job
 from workers.store import Store, get_model, put_model, safe_name
@@ -41,6 +42,7 @@ class Outcome(StrEnum):
     DONE = "done"
     FAILED = "failed"
     SKIPPED = "skipped"  # the run's budget stopped it: pending, not failed
+    REUSED = "reused"  # done, by an earlier run's result (a Reference)
     INVALID = "invalid"  # a bad input row: never became a job
     PENDING = "pending"
 
@@ -106,7 +108,8 @@ class RunLayout:
         return f"index/corpora/{safe_name(corpus)}.json"
 
 
-_FOLDERS = {Outcome.DONE: "results", Outcome.FAILED: "failures", Outcome.SKIPPED: "skipped"}
+_FOLDERS = {Outcome.DONE: "results", Outcome.FAILED: "failures", Outcome.SKIPPED: "skipped", Outcome.REUSED: "reused"}
+ENDED = (Outcome.DONE, Outcome.FAILED, Outcome.REUSED)  # a job with one of these has its outcome
 
 
 class Progress(Protocol):
@@ -294,9 +297,7 @@ class Ledger:
     def has_outcome(self, job: Job) -> bool:
         """Whether the job has its outcome already (counted again, for a resumed run's watcher)."""
         layout = RunLayout(job.run_id)
-        if not any(
-            self.store.exists(layout.outcome(o, job.task, job.query_id)) for o in (Outcome.DONE, Outcome.FAILED)
-        ):
+        if not any(self.store.exists(layout.outcome(o, job.task, job.query_id)) for o in ENDED):
             return False
         self._count(job.run_id, job.task, job.query_id)
         return True
@@ -313,14 +314,21 @@ class Ledger:
         self.progress.plan(planned, plans, job.query_id, outcomes, record.model_dump_json())
 
     def reference(self, job: Job, earlier_key: str) -> bool:
-        """An earlier run's result as this job's outcome, by reference: its question's plan
-        names it, and nothing is written for it (without a progress store to count it, it is
-        copied instead). False when there is no such result."""
-        if self.progress is None:
-            return self.reused(job, earlier_key)
+        """An earlier run's result as this job's outcome, by reference: a small record naming it,
+        not a copy. False when there is no such result."""
         if not self.store.exists(earlier_key):
             return False
-        self._finished(job, Outcome.DONE, [])
+        found = Reference(
+            run_id=job.run_id,
+            task=job.task,
+            query_id=job.query_id,
+            result=earlier_key,
+            since=RunLayout.run_of(earlier_key),
+        )
+        if put_model(self.store, RunLayout(job.run_id).outcome(Outcome.REUSED, job.task, job.query_id), found, True):
+            self._finished(job, Outcome.DONE, [])
+        else:
+            self._count(job.run_id, job.task, job.query_id)
         return True
 
     def reusable(self, job: Job) -> str | None:
@@ -402,7 +410,7 @@ def outcome_keys(store: Store, run_id: str) -> set[str]:
 
 def has_outcome(listed: set[str], run_id: str, task: Task, query_id: str) -> bool:
     layout = RunLayout(run_id)
-    return any(layout.outcome(o, task, query_id) in listed for o in (Outcome.DONE, Outcome.FAILED))
+    return any(layout.outcome(o, task, query_id) in listed for o in ENDED)
 
 
 def mark_last_over(store: Store, corpus: str, run_id: str) -> None:

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 import redis
+import structlog
 
 from prism.ingest.models import Filing
 from prism.lexical import cite
@@ -23,8 +24,8 @@ from prism.rankers import Ranker, build_ranker
 from prism.retrieval import INDEXES
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import ChunkInput
-from workers import metrics, priors
-from workers.batches import StoreBatchQueue
+from workers import keys, metrics, priors
+from workers.batches import BatchDriver, BatchLimits, StoreBatchQueue, TickLock
 from workers.budget import RunBudget
 from workers.cache import TieredCache
 from workers.circuit import Circuits
@@ -35,6 +36,8 @@ from workers.messages import ChunkJob, Job
 from workers.settings import FaultStage, Settings
 from workers.store import Store, get_model, open_store
 from workers.vectors import StoreVectors
+
+log = structlog.get_logger("prism")
 
 
 class InjectedFault(RuntimeError):
@@ -117,17 +120,39 @@ class Runtime:
         return Ledger(self.store(results), self.progress, self._count)
 
     def budget(self, job: Job) -> RunBudget | None:
-        if job.budget_usd is None:
+        if job.config.budget_usd is None:
             return None
         if self.redis is None:
             raise RuntimeError("a run budget needs Redis (PRISM_BROKER_URL or PRISM_REDIS_URL)")
-        return RunBudget(self.redis, job.run_id, job.budget_usd)
+        return RunBudget(self.redis, job.run_id, job.config.budget_usd)
 
     def batch_queue(self, job: Job) -> StoreBatchQueue | None:
         """Where a batch-mode job's requests wait for their batch; None: online."""
-        if job.via != "batch":
+        if job.config.via != "batch":
             return None
         return StoreBatchQueue(self.store(job.results), job, self.settings.batch_poll_s)
+
+    def tick_batches(self, job: Job) -> None:
+        """A batch-mode job waits for its batch: its run's batches are polled, taken in and
+        submitted here, unless another worker does so or did within the poll interval."""
+        s, store = self.settings, self.store(job.results)
+        if job.config.via != "batch" or self.gateway is None:
+            return
+        key = keys.batch_tick(store.uri, job.run_id)
+        if not self.tick_lock.take(key):
+            return
+        limits = BatchLimits(s.batch_max_lines, int(s.batch_max_mb * 1024 * 1024), s.batch_max_tries, s.batch_gather_s)
+        driver = BatchDriver(store, job.run_id, self.gateway, limits, self.budget(job))
+        try:
+            log.info("batches ticked", state=driver.tick())
+        except Exception as err:  # noqa: BLE001 - the next tick tries again; the job only waits
+            log.warning("batch tick failed", error=f"{type(err).__name__}: {err}")
+        finally:
+            self.tick_lock.keep(key, s.batch_poll_s)
+
+    @cached_property
+    def tick_lock(self) -> TickLock:
+        return TickLock(self.redis)
 
     def ranker(self, config: RunConfig, stage: Stage) -> Ranker:
         key = (config.fingerprint(), stage)
@@ -139,9 +164,13 @@ class Runtime:
         return self._rankers[key]
 
     def prior(self, config: RunConfig) -> DocPrior:
-        """The document prior the run pinned."""
+        """The document prior the run pinned; for a run whose document ranker reads none (an LLM),
+        the configured one, which stands in where that ranking failed."""
         if config.prior is None:
-            raise RuntimeError("the run names no document prior")
+            key = f"standing-in:{self.settings.doc_prior or priors.PACKAGED}"
+            if key not in self._models:
+                self._models[key] = priors.read_prior(self.settings.doc_prior or priors.PACKAGED, self.settings)
+            return self._models[key]
         return self._pinned(priors.PRIOR, config.prior)
 
     def _pinned(self, kind: priors.Kind, ref: str | None) -> Any:
