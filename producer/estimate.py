@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
 from prism.estimate import Estimate, Priced, estimate
-from prism.ingest import Chunking
+from prism.ingest.models import Chunking
 from prism.models import FILING_TYPES, Query, QuestionPlan, RunConfig, Stage
 from prism.periods import Choice
 from prism.planning import CorpusView, choose, in_scope
@@ -33,6 +33,7 @@ from producer.plan import invalid_failure
 from producer.questions import question_items
 from producer.spec import RunError
 from workers.corpus import Corpus
+from workers.inputs import token_costs
 from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
 from workers.store import open_store
@@ -150,7 +151,7 @@ def price(
             yield Query(id=f"d{i}", task="documents", question=question, candidates=list(FILING_TYPES))
         for question, fid, version in pairs:
             costs = (
-                corpus.token_costs(entries[fid], version, config.segment_tokens, counter)
+                token_costs(corpus, entries[fid], version, config.segment_tokens, counter)
                 if config.uses_llm("chunks")
                 else []
             )

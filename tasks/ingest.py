@@ -11,10 +11,11 @@ from botocore.exceptions import ClientError
 from celery import Task, shared_task
 from celery.exceptions import Retry
 
-from prism.ingest import parse_meta_jsonl
+from prism.ingest.meta import parse_meta_jsonl
 from tasks.base import MAX_TRANSIENT_RETRIES, TRANSIENT, _text
 from workers import runtime
-from workers.corpus import Corpus, failed_source, ingest_file
+from workers.corpus import Corpus, failed_source
+from workers.ingesting import ingest_file
 from workers.messages import IngestJob, TaskName
 from workers.store import open_input
 

@@ -30,6 +30,7 @@ from prism.segmenting import TokenCounter
 from prism.strategies import chunks
 from tasks.base import JobTask, QueryTask
 from tasks.ranking import enqueue_level, rank_documents
+from workers import inputs
 from workers.corpus import Corpus
 from workers.ledger import Ledger, Outcome, RunLayout
 from workers.messages import ChunkJob, DocumentJob, Job, Priority, QuestionJob, TaskName
@@ -250,10 +251,10 @@ class FilingChunks:
 
     def texts(self) -> tuple[list[str], list[int] | None]:
         filing = self.corpus.get_filing(self.filing_id, self.version)
-        return [c.text for c in filing.chunks], Corpus.counts(filing, self.counter)
+        return [c.text for c in filing.chunks], inputs.counts(filing, self.counter)
 
     def shared(self, budget: int) -> tuple[str, list[int]]:
-        key, data = self.corpus.input_for(self.filing_id, self.version, budget, self.counter)
+        key, data = inputs.input_for(self.corpus, self.filing_id, self.version, budget, self.counter)
         return key, data.costs
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from prism.ingest import Chunking
+from prism.ingest.models import Chunking
 from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
 from prism.questions import Question
 

@@ -29,7 +29,8 @@ from workers.batches import BatchDriver, BatchLimits, StoreBatchQueue, TickLock
 from workers.budget import RunBudget
 from workers.cache import TieredCache
 from workers.circuit import Circuits
-from workers.corpus import Corpus, FilingInput
+from workers.corpus import Corpus
+from workers.inputs import FilingInput, as_chunk_input
 from workers.ledger import Ledger, MemoryProgress, Progress, RedisProgress
 from workers.limiter import FleetLimiter
 from workers.messages import ChunkJob, Job
@@ -203,7 +204,7 @@ class Runtime:
             corpus = Corpus(self.store(job.corpus))
             shared = get_model(corpus.store, job.input_key, FilingInput)
             filing = corpus.get_filing(shared.filing_id, shared.version)
-            self._inputs[key] = (corpus.as_chunk_input(filing, shared), filing)
+            self._inputs[key] = (as_chunk_input(filing, shared), filing)
         else:
             self._inputs[key] = (get_model(self.store(job.results), job.input_key, ChunkInput), None)
         while len(self._inputs) > 4:

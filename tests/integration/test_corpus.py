@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from prism.ingest import Filing
+from prism.ingest.models import Filing
+from producer.ingest import ingest_source
 from tests.filings import edgar_html, encrypted, pdf
-from workers.corpus import Corpus, ingest_source
+from workers.corpus import Corpus
+from workers.inputs import input_key
 from workers.store import LocalStore, S3Store, safe_name
 from workers.testing import queued, s3_client
 
@@ -214,7 +216,7 @@ def test_fleet_ingest_runs_one_task_per_file_on_workers_and_stores_each_filing_i
     assert manifest.filings["acme_2023_10k"].meta.company == "Acme"
     # each filing's chunk input for the configured budget was made by the worker that ingested it
     for fid, entry in manifest.filings.items():
-        key = Corpus.input_key(fid, entry.latest, 2000, "o200k_base")
+        key = input_key(fid, entry.latest, 2000, "o200k_base")
         assert corpus.store.exists(key), key
     logs = "".join(p.read_text() for p in tmp_path.glob("worker-*.log"))
     assert logs.count("prism.ingest_file") >= 4  # the tasks ran on the workers, not in the producer
@@ -250,9 +252,9 @@ def test_fleet_ingest_with_no_worker_says_so_and_ends_when_one_starts(tmp_path, 
 def test_a_reingest_sends_only_the_files_that_changed(tmp_path):
     """Unchanged files are skipped by their fingerprint before any task is sent; a touched file
     (same bytes, new time) is read and confirmed unchanged by its content, then skipped too."""
-    from prism.ingest import Chunking
+    from prism.ingest.models import Chunking
     from prism.segmenting import TokenCounter
-    from workers.corpus import ingest_file
+    from workers.ingesting import ingest_file
 
     store, folder = LocalStore(tmp_path / "corpus"), tmp_path / "filings"
     folder.mkdir()

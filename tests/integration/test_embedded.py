@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from producer.ingest import ingest_source
 from tests.conftest import PAGES, SHARED
-from workers.corpus import Corpus, ingest_source
+from workers.corpus import Corpus
 from workers.store import LocalStore
 from workers.testing import fleet_env, prism_cli
 

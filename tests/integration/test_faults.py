@@ -201,8 +201,8 @@ def test_a_worker_killed_while_planning_questions_loses_no_question(
     import json
 
     from prism.testing.simulator import SimulatorConfig
+    from producer.ingest import ingest_source
     from tests.filings import pdf
-    from workers.corpus import ingest_source
     from workers.store import LocalStore
 
     fresh_simulator.config = SimulatorConfig(mode="lexical", latency_s=0.2)

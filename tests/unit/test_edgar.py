@@ -8,7 +8,9 @@ from datetime import date
 
 import pytest
 
-from prism.ingest import Chunking, IngestError, parse_filing
+from prism.ingest.extract import IngestError
+from prism.ingest.filings import parse_filing
+from prism.ingest.models import Chunking
 from prism.ingest.pages import html_pages, text_pages
 from prism.ingest.sgml import parse_submission
 from prism.segmenting import TokenCounter
@@ -194,7 +196,8 @@ PRESS_RELEASE = """<html><body><p>Exhibit 99.1</p>
 
 
 def test_an_exhibit_in_its_own_file_joins_its_filing_by_accession_number(tmp_path):
-    from workers.corpus import Corpus, ingest_source
+    from producer.ingest import ingest_source
+    from workers.corpus import Corpus
     from workers.store import LocalStore
 
     folder = tmp_path / "in"

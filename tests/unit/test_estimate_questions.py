@@ -21,8 +21,9 @@ from prism.rankers import asks_llm
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare
 from producer.estimate import estimate_questions, plan_question, read_rows
+from producer.ingest import ingest_source
 from producer.spec import RunError
-from workers.corpus import Corpus, ingest_source
+from workers.corpus import Corpus
 from workers.priors import PACKAGED, read_prior
 from workers.settings import load_settings
 from workers.store import LocalStore

@@ -7,18 +7,11 @@ from itertools import islice
 import pytest
 
 from prism.datasets import load_queries
-from prism.ingest import (
-    Chunking,
-    IngestError,
-    filings_from_rows,
-    form_type,
-    is_heading,
-    meta_from_record,
-    parse_filing,
-    parse_meta_jsonl,
-    sections,
-    source_kind,
-)
+from prism.ingest.chunking import is_heading, sections
+from prism.ingest.extract import IngestError
+from prism.ingest.filings import filings_from_rows, parse_filing, source_kind
+from prism.ingest.meta import form_type, meta_from_record, parse_meta_jsonl
+from prism.ingest.models import Chunking
 from prism.models import FILING_TYPES
 from prism.segmenting import TokenCounter
 from tests.conftest import PAGES, SHARED

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from prism.ingest import IngestError, parse_meta_jsonl, source_kind
+from prism.ingest.extract import IngestError
+from prism.ingest.filings import source_kind
+from prism.ingest.meta import parse_meta_jsonl
 from prism.ingest.sniff import check_format, sniff
+from producer.ingest import ingest_source
 from tests.conftest import SHARED
 from tests.filings import edgar_html, pdf
-from workers.corpus import Corpus, ingest_source
+from workers.corpus import Corpus
 from workers.store import LocalStore
 
 DOC_INFO = SHARED / "financebench" / "financebench_document_information.jsonl"
