@@ -38,29 +38,28 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from prism import batch
+from prism.endpoints import Endpoint, RequestOptions, RetryPolicy
 from prism.models import CallRecord, Stage, Usage
 from prism.pricing import PriceTable
-from prism.segmenting import TokenCounter
 
 if TYPE_CHECKING:  # the SDK is imported where a request is made: commands that make none start sooner
     import openai
 
-OutputCapParam = Literal["auto", "max_completion_tokens", "max_tokens", "both"]
+    from prism.segmenting import TokenCounter
+
 # The provider caches prompts of at least this many tokens; shorter ones get no key, no pacing.
 CACHE_MIN_TOKENS = 1024
 # Models that keep a cached prefix for 24 h when asked (others only in memory, minutes).
 RETENTION_24H = re.compile(r"^(gpt-5|gpt-4\.1)(-\d{4}-\d{2}-\d{2})?$")
-FLEX_TIMEOUT_S = 900.0  # flex requests may queue: a longer default timeout
 # The server counted under this share of the prompt tokens sent: part of the prompt was dropped.
 PROMPT_GAP_SHARE = 0.5
 PROBE_OUTPUT_TOKENS = 16  # a system-prompt probe's answer is not read; some servers refuse a cap under 16
@@ -68,55 +67,6 @@ PROBE_OUTPUT_TOKENS = 16  # a system-prompt probe's answer is not read; some ser
 # (5 s, 10, 20, 40, 60, 60...; the task adds its jitter), and one probe per wait tries it.
 OUTAGE_WAIT_S = (5.0, 60.0)
 UNAVAILABLE_STATUS = (502, 503, 504, 529)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    base_url: str | None = None  # None: api.openai.com
-    api_key: str | None = None
-    provider: Literal["openai", "azure"] = "openai"
-    api_version: str | None = None  # Azure only
-    # The request field that carries the output cap; auto: max_completion_tokens for OpenAI and
-    # Azure, max_tokens for any other server (llama.cpp reads only that one; vLLM and LiteLLM read it too).
-    output_cap_param: OutputCapParam = "auto"
-
-    @property
-    def key(self) -> str:
-        return f"{self.provider}:{self.base_url or 'api.openai.com'}"
-
-    def cap_fields(self, cap: int | None) -> dict[str, int]:
-        if not cap:
-            return {}
-        param = self.output_cap_param
-        if param == "auto":
-            host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
-            openai_hosted = self.provider == "azure" or host == "api.openai.com"
-            param = "max_completion_tokens" if openai_hosted else "max_tokens"
-        names = ("max_completion_tokens", "max_tokens") if param == "both" else (param,)
-        return dict.fromkeys(names, cap)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int = 6
-    backoff_base_s: float = 1.0
-    backoff_cap_s: float = 60.0
-    timeout_s: float = 120.0
-    timeout_retries: int = 1  # re-sends of a timed-out request; counted apart from max_attempts
-    # Output tokens reserved per request (limiter, budget) until its use is known; at most its cap.
-    # Not the cap itself: a reasoning model's cap is many times what it usually writes.
-    expected_output_tokens: int = 1000
-    # An endpoint down this long (since its first failure) fails its calls; until then they wait.
-    outage_s: float = 1800.0
-
-
-@dataclass(frozen=True)
-class RequestOptions:
-    """What goes with every chat request besides the prompt."""
-
-    service_tier: Literal["standard", "flex"] = "standard"
-    reasoning_effort: Mapping[str, str] = field(default_factory=dict)  # per stage; absent: not sent
-    prompt_cache_key: bool = True
 
 
 def prompt_cache_key(model: str, prefix_id: str) -> str:
@@ -314,8 +264,17 @@ class Gateway:
         self.cache = cache
         self.options = options
         self.circuit = circuit  # None: an endpoint down fails each call after its retries
-        self.counter = TokenCounter()
+        self._counter: TokenCounter | None = None
         self._clients: dict[Endpoint, openai.OpenAI] = {}
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The prompt-token counter, loaded at the first request (commands that make none skip it)."""
+        if self._counter is None:
+            from prism.segmenting import TokenCounter
+
+            self._counter = TokenCounter()
+        return self._counter
 
     def endpoint(self, stage: Stage) -> Endpoint:
         if isinstance(self.endpoints, Endpoint):
@@ -405,48 +364,20 @@ class Gateway:
         """cache -> (batch) -> budget -> limiter and retries -> usage, price, limits settled -> recorded."""
         import openai
 
-        endpoint = self.endpoint(stage)
-        started = time.monotonic()
+        endpoint, started = self.endpoint(stage), time.monotonic()
         key = cache_key(endpoint, model, payload)
         queue = _batch.get() if batch_body is not None else None
         tier = "standard" if payload[0] == "embeddings" else self.options.service_tier
-        if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            first = Usage.model_validate(hit["usage"]) if "usage" in hit else None
-            saved = self.prices.usd(model, first, tier) if first is not None else None
-            call = CallRecord(
-                stage=stage,
-                model=model,
-                latency_s=round(time.monotonic() - started, 4),
-                attempts=0,
-                usd=Decimal(0),
-                cached=True,
-                response_cache_saved_usd=saved or Decimal(0),
-            )
-            if queue is not None and hit.get("batch_run") == queue.run_id:
-                return hit, call  # this run's batch answer: the batch driver accounted it, once
-            return hit, self._account(call)
-        reserved = prompt + output
+        if (found := self._cached(key, stage, model, tier, started, queue)) is not None:
+            return found
         budget = _budget.get()
-        batched = queue is not None and self.cache is not None
         expected = Usage(prompt_tokens=prompt, completion_tokens=output)
-        reserved_usd = self.prices.usd(model, expected, "batch" if batched else tier) or Decimal(0)
-        if budget is not None:
-            budget.reserve(reserved_usd)  # a spent budget stops a batch request too (the driver charges the lines)
-        if batched and queue is not None and queue.defer(key, stage, model, batch_body or {}):
-            if budget is not None:
-                budget.settle(reserved_usd, Decimal(0))
-            raise AwaitingBatch(queue.retry_in, f"{stage} request to {model} is in the run's batch")
-        if batched:  # sent online after its last try in a batch: reserved again at the online price
-            if budget is not None:
-                budget.settle(reserved_usd, Decimal(0))
-            reserved_usd = self.prices.usd(model, expected) or Decimal(0)
-            if budget is not None:
-                budget.reserve(reserved_usd)
+        reserved_usd = self._reserve(budget, queue, key, stage, model, expected, tier, batch_body)
         trial = None
         try:
             trial = self._admit(endpoint)
             response, headers, reservation, attempts, throttled, timeouts = self._call(
-                endpoint, model, send, reserved, prompt_key, once=trial is not None
+                endpoint, model, send, prompt + output, prompt_key, once=trial is not None
             )
         except Deferred:
             if budget is not None:
@@ -455,32 +386,9 @@ class Gateway:
         except openai.OpenAIError as err:
             if budget is not None:
                 budget.settle(reserved_usd, Decimal(0))
-            timeouts = getattr(err, "prism_timeouts", 0)
-            call = self._account(
-                CallRecord(
-                    stage=stage,
-                    model=model,
-                    latency_s=round(time.monotonic() - started, 4),
-                    attempts=getattr(err, "prism_attempts", 1),
-                    throttled=getattr(err, "prism_throttled", 0),
-                    timeouts=timeouts,
-                    timed_out_prompt_tokens=prompt * timeouts,
-                    # Refused requests are not billed; a timed-out one may have been generated.
-                    usd=None if timeouts else Decimal(0),
-                    error=describe(err),
-                    tier=tier,
-                )
-            )
-            if self.circuit is not None:
-                if is_unavailable(err):
-                    raise self._down(endpoint, getattr(err, "prism_down_since", time.time()), call) from err
-                if trial is not None and isinstance(err, openai.APIStatusError):
-                    self.circuit.closed(endpoint.key)  # it answered, if only to refuse this request
-            kind = ContextTooLong if is_context_overflow(err) else LlmError
-            raise kind(f"{stage} call to {model} failed after {call.attempts} attempt(s): {call.error}", call) from err
+            raise self._failed(err, stage, model, endpoint, started, prompt, tier, trial) from err
         if trial is not None and self.circuit is not None:
             self.circuit.closed(endpoint.key)
-
         usage = _usage(response)
         self.limiter.settle(reservation, usage.total_tokens if usage else None, headers)
         # The tier that answered: a flex request may be served at another tier, and billed so.
@@ -506,6 +414,94 @@ class Gateway:
         if self.cache is not None and all(body.values()):
             self.cache.put(key, body | {"model": model, "usage": call.usage.model_dump(mode="json")})
         return body, self._account(call)
+
+    def _cached(
+        self, key: str, stage: Stage, model: str, tier: str, started: float, queue: BatchQueue | None
+    ) -> tuple[dict, CallRecord] | None:
+        """The response cache's answer, recorded as a call at $0 with what its first call cost."""
+        if self.cache is None or (hit := self.cache.get(key)) is None:
+            return None
+        first = Usage.model_validate(hit["usage"]) if "usage" in hit else None
+        saved = self.prices.usd(model, first, tier) if first is not None else None
+        call = CallRecord(
+            stage=stage,
+            model=model,
+            latency_s=round(time.monotonic() - started, 4),
+            attempts=0,
+            usd=Decimal(0),
+            cached=True,
+            response_cache_saved_usd=saved or Decimal(0),
+        )
+        if queue is not None and hit.get("batch_run") == queue.run_id:
+            return hit, call  # this run's batch answer: the batch driver accounted it, once
+        return hit, self._account(call)
+
+    def _reserve(
+        self,
+        budget: Budget | None,
+        queue: BatchQueue | None,
+        key: str,
+        stage: Stage,
+        model: str,
+        expected: Usage,
+        tier: str,
+        batch_body: dict | None,
+    ) -> Decimal:
+        """The request's expected price reserved against the run's budget (a spent budget stops a
+        batch request too: the driver charges the lines); a batch-mode request goes into the run's
+        batch instead (AwaitingBatch), or online after its last try in one, reserved at that price."""
+        batched = queue is not None and self.cache is not None
+        reserved_usd = self.prices.usd(model, expected, "batch" if batched else tier) or Decimal(0)
+        if budget is not None:
+            budget.reserve(reserved_usd)
+        if not batched or queue is None:
+            return reserved_usd
+        if budget is not None:
+            budget.settle(reserved_usd, Decimal(0))
+        if queue.defer(key, stage, model, batch_body or {}):
+            raise AwaitingBatch(queue.retry_in, f"{stage} request to {model} is in the run's batch")
+        reserved_usd = self.prices.usd(model, expected) or Decimal(0)
+        if budget is not None:
+            budget.reserve(reserved_usd)
+        return reserved_usd
+
+    def _failed(
+        self,
+        err: openai.OpenAIError,
+        stage: Stage,
+        model: str,
+        endpoint: Endpoint,
+        started: float,
+        prompt: int,
+        tier: str,
+        trial: Outage | None,
+    ) -> Exception:
+        """A request that failed for good, recorded: what to raise (a wait, for an outage)."""
+        import openai
+
+        timeouts = getattr(err, "prism_timeouts", 0)
+        call = self._account(
+            CallRecord(
+                stage=stage,
+                model=model,
+                latency_s=round(time.monotonic() - started, 4),
+                attempts=getattr(err, "prism_attempts", 1),
+                throttled=getattr(err, "prism_throttled", 0),
+                timeouts=timeouts,
+                timed_out_prompt_tokens=prompt * timeouts,
+                # Refused requests are not billed; a timed-out one may have been generated.
+                usd=None if timeouts else Decimal(0),
+                error=describe(err),
+                tier=tier,
+            )
+        )
+        if self.circuit is not None:
+            if is_unavailable(err):
+                return self._down(endpoint, getattr(err, "prism_down_since", time.time()), call)
+            if trial is not None and isinstance(err, openai.APIStatusError):
+                self.circuit.closed(endpoint.key)  # it answered, if only to refuse this request
+        kind = ContextTooLong if is_context_overflow(err) else LlmError
+        return kind(f"{stage} call to {model} failed after {call.attempts} attempt(s): {call.error}", call)
 
     def _admit(self, endpoint: Endpoint) -> Outage | None:
         """None: the endpoint's circuit is closed. Else the outage this call tries the endpoint

@@ -22,17 +22,14 @@ them over machines whose caches are cold.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, field_validator
-
+from prism.endpoints import ModelLimits, Rate, parse_rate
 from prism.llm import RateLimited, Reservation
 from workers import keys
 
@@ -40,36 +37,6 @@ if TYPE_CHECKING:  # the client is given: settings load this module's ModelLimit
     import redis
 
 EDGE_S = 0.1  # how much longer than its window an entry is kept
-_RATE = re.compile(r"\s*(\d+)\s*(?:/|per)\s*(\d+)?\s*(second|minute|hour|day)s?\s*", re.IGNORECASE)
-_UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
-
-
-@dataclass(frozen=True)
-class Rate:
-    amount: int
-    seconds: float
-
-
-def parse_rate(text: str) -> Rate:
-    """``"500/minute"``, ``"200000 per minute"``, ``"150/10 seconds"``."""
-    found = _RATE.fullmatch(text)
-    if not found:
-        raise ValueError(f"{text!r} is not a rate like '500/minute' or '150/10 seconds'")
-    return Rate(int(found[1]), int(found[2] or 1) * _UNIT_S[found[3].lower()])
-
-
-class ModelLimits(BaseModel):
-    """E.g. ``{"requests": "500/minute", "tokens": "200000/minute"}``."""
-
-    requests: str | None = None
-    tokens: str | None = None
-
-    @field_validator("requests", "tokens")
-    @classmethod
-    def _rate(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_rate(value)
-        return value
 
 
 # KEYS: a log and its sum per limit; ARGV: the entry's id, "force" or "", then per limit its

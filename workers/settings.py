@@ -20,11 +20,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from prism.llm import FLEX_TIMEOUT_S, Endpoint, OutputCapParam, RequestOptions, RetryPolicy
+from prism.endpoints import FLEX_TIMEOUT_S, Endpoint, ModelLimits, OutputCapParam, RequestOptions, RetryPolicy
 from prism.models import RunConfig, Stage
 from prism.options import PLANNING, RunOptions, option
 from prism.registry import ChunkRankerSetting, DocRankerSetting, ReasoningEffort, ServiceTier
-from workers.limiter import ModelLimits
 
 STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank", "embeddings", "evidence")
 FaultStage = Literal["ranker", "input", "aggregate", "store"]

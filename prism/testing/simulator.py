@@ -221,90 +221,24 @@ class Simulator:
             self.stats["requests"] += 1
             number = self.stats["requests"]
         fault = self._next_fault(random.Random(f"{self.config.seed}:{number}"))
-        flex = body.get("service_tier") == "flex"
-        if fault == "flex_unavailable" and not flex:
+        if fault == "flex_unavailable" and body.get("service_tier") != "flex":
             fault = None
-        delay = self.config.latency_s
         if fault:
             self._note(body, fault)
-        if fault == "flex_unavailable":
-            return 429, _error("Resource unavailable: please retry later", "resource_unavailable"), {}, delay
-        retention = body.get("prompt_cache_retention")
-        if retention not in (None, "in_memory", "24h") or (
-            retention == "24h" and not RETENTION_24H.match(str(body.get("model")))
-        ):
-            self._note(body, "400")
-            message = f"prompt_cache_retention {retention!r} is not supported with this model"
-            return 400, _error(message, "invalid_request_error"), {}, delay
-        if fault in ("429", "insufficient_quota"):
-            code = "rate_limit_exceeded" if fault == "429" else "insufficient_quota"
-            retry = self.config.retry_after_s
-            headers = {"retry-after-ms": str(int(retry * 1000)), "retry-after": str(max(1, round(retry)))}
-            return 429, _error(f"simulated {code}", code), headers if fault == "429" else {}, delay
-        if fault in ("401", "400", "500", "503"):
-            return int(fault), _error(f"simulated HTTP {fault}", None), {}, delay
-        if fault == "timeout":
-            delay = self.config.hang_s
+        if (refused := self._refused(body, fault)) is not None:
+            return (*refused, self.config.latency_s)
+        delay = self.config.hang_s if fault == "timeout" else self.config.latency_s
         prompt_tokens = self._tokens.count(text) + 4 * len(messages)
-        if fault == "context_length" or (self.config.context_tokens and prompt_tokens > self.config.context_tokens):
-            if not fault:
-                self._note(body, "context_length")
-            if self.config.overflow_error == "llama.cpp":
-                error = {
-                    "code": 400,
-                    "message": "the request exceeds the available context size, try increasing it",
-                    "type": "exceed_context_size_error",
-                    "n_prompt_tokens": prompt_tokens,
-                    "n_ctx": self.config.context_tokens,
-                }
-                return 400, {"error": error}, {}, delay
-            message = f"This model's maximum context length is {self.config.context_tokens} tokens; the prompt has {prompt_tokens}."
-            return 400, _error(message, "context_length_exceeded"), {}, delay
-        caps = [body[name] for name in self.config.reads_cap if isinstance(body.get(name), int)]
-        cap = min(caps) if caps else None
-        if fault == "runaway" or self.config.runaway:
-            room = (self.config.context_tokens - prompt_tokens) if self.config.context_tokens else None
-            length = min(n for n in (cap, room, self.config.runaway_tokens) if n is not None)
-            reply = self._tokens.truncate(RUNAWAY_TEXT * (length // 8 + 1), length)
-        elif fault == "malformed":
-            reply = "I would start with the third chunk."
-        else:
-            reply = self._rank(messages, text)
-        finish = "stop"
-        if cap is not None and self._tokens.count(reply) >= cap:
-            reply, finish = self._tokens.truncate(reply, cap), "length"
-        completion_tokens = self._tokens.count(reply)
-        reasoning = 0
-        if self.config.reasoning_share and fault != "runaway" and not self.config.runaway:
-            effort = body.get("reasoning_effort") or DEFAULT_EFFORT
-            reasoning = round(self.config.reasoning_share.get(effort, 0.0) * prompt_tokens)
-            if cap is not None:  # reasoning counts against the cap too
-                reasoning = max(0, min(reasoning, cap - completion_tokens))
-            completion_tokens += reasoning
+        if (overflow := self._overflow(body, fault, prompt_tokens)) is not None:
+            return (*overflow, delay)
+        reply, finish, completion_tokens, reasoning = self._reply(body, fault, messages, text, prompt_tokens)
         if self.config.tokens_per_s:
             delay += completion_tokens / self.config.tokens_per_s
         allowed, headers = self._admit(prompt_tokens + completion_tokens)
         if not allowed:
             self._note(body, "429_limit")
             return 429, _error("simulated rate limit reached", "rate_limit_exceeded"), headers, 0.0
-        cached = ceiling = 0
-        if self.prompt_cache is not None and self.ceiling_cache is not None:
-            # The messages' contents in order, as the provider tokenizes the whole prompt.
-            tokens = self._tokens.encode(
-                "".join(m.get("content") or "" for m in messages if isinstance(m.get("content"), str))
-            )
-            cached, _ = self.prompt_cache.serve(
-                tokens, body.get("prompt_cache_key"), retention == "24h", ready_after_s=self.config.latency_s
-            )
-            cached = min(cached, prompt_tokens)
-            ceiling = min(self.ceiling_cache.serve(tokens)[0], prompt_tokens)
-        with self._lock:
-            self.stats["prompt_tokens"] += prompt_tokens
-            self.stats["cached_tokens"] += cached
-            self.stats["ceiling_cached_tokens"] += ceiling
-            self.stats["completion_tokens"] += completion_tokens
-            self.stats["reasoning_tokens"] += reasoning
-            self.served.append((time.monotonic(), prompt_tokens + completion_tokens))
+        cached = self._served(body, messages, prompt_tokens, completion_tokens, reasoning)
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -318,7 +252,7 @@ class Simulator:
             "created": int(time.time()),
             "model": body.get("model", "simulator"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": finish}],
-            "service_tier": "flex" if flex else "default",
+            "service_tier": "flex" if body.get("service_tier") == "flex" else "default",
             "usage": None if fault == "no_usage" else usage,
         }
         if not fault:
@@ -326,6 +260,96 @@ class Simulator:
         with self._lock:
             self.stats["completions_" + finish] += 1
         return 200, response, headers, delay
+
+    def _refused(self, body: dict, fault: str | None) -> tuple[int, dict, dict[str, str]] | None:
+        """An error answered before any work: a fault, or a request the model does not take."""
+        if fault == "flex_unavailable":
+            return 429, _error("Resource unavailable: please retry later", "resource_unavailable"), {}
+        retention = body.get("prompt_cache_retention")
+        if retention not in (None, "in_memory", "24h") or (
+            retention == "24h" and not RETENTION_24H.match(str(body.get("model")))
+        ):
+            self._note(body, "400")
+            message = f"prompt_cache_retention {retention!r} is not supported with this model"
+            return 400, _error(message, "invalid_request_error"), {}
+        if fault in ("429", "insufficient_quota"):
+            code = "rate_limit_exceeded" if fault == "429" else "insufficient_quota"
+            retry = self.config.retry_after_s
+            headers = {"retry-after-ms": str(int(retry * 1000)), "retry-after": str(max(1, round(retry)))}
+            return 429, _error(f"simulated {code}", code), headers if fault == "429" else {}
+        if fault in ("401", "400", "500", "503"):
+            return int(fault), _error(f"simulated HTTP {fault}", None), {}
+        return None
+
+    def _overflow(self, body: dict, fault: str | None, prompt_tokens: int) -> tuple[int, dict, dict[str, str]] | None:
+        """A prompt over the context: the error OpenAI answers, or llama.cpp's."""
+        if not (
+            fault == "context_length" or (self.config.context_tokens and prompt_tokens > self.config.context_tokens)
+        ):
+            return None
+        if not fault:
+            self._note(body, "context_length")
+        if self.config.overflow_error == "llama.cpp":
+            error = {
+                "code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt_tokens,
+                "n_ctx": self.config.context_tokens,
+            }
+            return 400, {"error": error}, {}
+        message = f"This model's maximum context length is {self.config.context_tokens} tokens; the prompt has {prompt_tokens}."
+        return 400, _error(message, "context_length_exceeded"), {}
+
+    def _reply(
+        self, body: dict, fault: str | None, messages: list[dict], text: str, prompt_tokens: int
+    ) -> tuple[str, str, int, int]:
+        """The reply, its finish reason, its completion tokens and the reasoning among them."""
+        caps = [body[name] for name in self.config.reads_cap if isinstance(body.get(name), int)]
+        cap = min(caps) if caps else None
+        runaway = fault == "runaway" or self.config.runaway
+        if runaway:
+            room = (self.config.context_tokens - prompt_tokens) if self.config.context_tokens else None
+            length = min(n for n in (cap, room, self.config.runaway_tokens) if n is not None)
+            reply = self._tokens.truncate(RUNAWAY_TEXT * (length // 8 + 1), length)
+        elif fault == "malformed":
+            reply = "I would start with the third chunk."
+        else:
+            reply = self._rank(messages, text)
+        finish = "stop"
+        if cap is not None and self._tokens.count(reply) >= cap:
+            reply, finish = self._tokens.truncate(reply, cap), "length"
+        completion_tokens = self._tokens.count(reply)
+        reasoning = 0
+        if self.config.reasoning_share and not runaway:
+            effort = body.get("reasoning_effort") or DEFAULT_EFFORT
+            reasoning = round(self.config.reasoning_share.get(effort, 0.0) * prompt_tokens)
+            if cap is not None:  # reasoning counts against the cap too
+                reasoning = max(0, min(reasoning, cap - completion_tokens))
+            completion_tokens += reasoning
+        return reply, finish, completion_tokens, reasoning
+
+    def _served(self, body: dict, messages: list[dict], prompt_tokens: int, completion: int, reasoning: int) -> int:
+        """The request counted as served: its cached prompt tokens (and the ceiling's), the stats."""
+        cached = ceiling = 0
+        if self.prompt_cache is not None and self.ceiling_cache is not None:
+            # The messages' contents in order, as the provider tokenizes the whole prompt.
+            tokens = self._tokens.encode(
+                "".join(m.get("content") or "" for m in messages if isinstance(m.get("content"), str))
+            )
+            retention = body.get("prompt_cache_retention") == "24h"
+            key = body.get("prompt_cache_key")
+            cached, _ = self.prompt_cache.serve(tokens, key, retention, ready_after_s=self.config.latency_s)
+            cached = min(cached, prompt_tokens)
+            ceiling = min(self.ceiling_cache.serve(tokens)[0], prompt_tokens)
+        with self._lock:
+            self.stats["prompt_tokens"] += prompt_tokens
+            self.stats["cached_tokens"] += cached
+            self.stats["ceiling_cached_tokens"] += ceiling
+            self.stats["completion_tokens"] += completion
+            self.stats["reasoning_tokens"] += reasoning
+            self.served.append((time.monotonic(), prompt_tokens + completion))
+        return cached
 
     def _admit(self, tokens: int) -> tuple[bool, dict[str, str]]:
         """Count the request against the limits (an exact sliding window); the x-ratelimit-*

@@ -10,7 +10,8 @@ from decimal import Decimal
 import pytest
 import redis
 
-from prism.llm import AwaitingBatch, BudgetExhausted, Endpoint, Gateway, RetryPolicy, batching, recording, spending
+from prism.endpoints import Endpoint, RetryPolicy
+from prism.llm import AwaitingBatch, BudgetExhausted, Gateway, batching, recording, spending
 from prism.models import RunConfig, Usage
 from prism.pricing import PriceTable
 from prism.testing.batches import BatchConfig

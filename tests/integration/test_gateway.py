@@ -2,7 +2,8 @@
 
 import pytest
 
-from prism.llm import Endpoint, Gateway, LlmError, RetryPolicy, recording
+from prism.endpoints import Endpoint, RetryPolicy
+from prism.llm import Gateway, LlmError, recording
 from prism.models import FILING_TYPES, RunConfig
 from prism.pricing import PriceTable
 from prism.rankers import build_ranker

@@ -7,11 +7,12 @@ from decimal import Decimal
 import pytest
 import redis
 
+from prism.endpoints import ModelLimits
 from prism.llm import BudgetExhausted, RateLimited
 from workers import keys
 from workers.budget import RunBudget
 from workers.cache import TieredCache
-from workers.limiter import FleetLimiter, ModelLimits
+from workers.limiter import FleetLimiter
 from workers.store import LocalStore
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,10 @@ import pytest
 import redis
 
 from prism import llm
-from prism.llm import Endpoint, Gateway, LlmError, ProviderUnavailable, RetryPolicy, recording
+from prism.endpoints import Endpoint, RetryPolicy
+from prism.llm import Gateway, LlmError, ProviderUnavailable, recording
 from prism.pricing import PriceTable
-from tests.conftest import fleet_env, prism_cli, read_run, upload_input
+from tests.conftest import ROWS_SAMPLE, fleet_env, prism_cli, read_run, upload_input
 from workers import keys
 from workers.circuit import Circuits
 
@@ -126,7 +127,9 @@ def test_a_run_rides_out_an_outage_and_completes(tmp_path, fresh_simulator):
     env = fleet_env(None, None, fresh_simulator.url, PRISM_CHUNK_RANKER="llm", PRISM_CACHE="false")
     env |= {"PRISM_OUTAGE_S": "120", "PRISM_LLM_MAX_ATTEMPTS": "3", "PRISM_STALL_S": "5"}
     results = tmp_path / "results"
-    done = prism_cli(["run", "--results", str(results), "--run-id", "paused"], env, tmp_path, timeout=240)
+    done = prism_cli(
+        ["run", str(ROWS_SAMPLE), "--results", str(results), "--run-id", "paused"], env, tmp_path, timeout=240
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     manifest = json.loads((results / "runs/paused/manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["counts"]["done"] == SAMPLE, manifest["counts"]
@@ -144,7 +147,9 @@ def test_an_outage_past_the_window_fails_its_jobs_and_a_resume_finishes_them(tmp
     env = fleet_env(None, None, fresh_simulator.url, PRISM_CHUNK_RANKER="llm", PRISM_CACHE="false")
     env |= {"PRISM_OUTAGE_S": "3", "PRISM_LLM_MAX_ATTEMPTS": "3"}
     results = tmp_path / "results"
-    done = prism_cli(["run", "--results", str(results), "--run-id", "outage"], env, tmp_path, timeout=240)
+    done = prism_cli(
+        ["run", str(ROWS_SAMPLE), "--results", str(results), "--run-id", "outage"], env, tmp_path, timeout=240
+    )
     assert done.returncode in (1, 3), done.stderr[-3000:]
     failures = [json.loads(line) for line in (results / "runs/outage/failures.jsonl").read_text().splitlines()]
     assert failures and all("for more than PRISM_OUTAGE_S=3 s" in f["error"] for f in failures), failures[0]

@@ -10,7 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from prism.llm import Endpoint, Gateway, LlmError, RequestOptions, RetryPolicy, recording
+from prism.endpoints import Endpoint, RequestOptions, RetryPolicy
+from prism.llm import Gateway, LlmError, recording
 from prism.pricing import PriceTable
 from tests.conftest import PAGES, fleet_env, load, prism_cli, read_run, s3_client
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from prism.llm import QUOTED_REPLY_TOKENS, ContextTooLong, Endpoint, Gateway, LlmError, RetryPolicy, recording
+from prism.endpoints import Endpoint, RetryPolicy
+from prism.llm import QUOTED_REPLY_TOKENS, ContextTooLong, Gateway, LlmError, recording
 from prism.models import CallRecord, JobResult, Ranking, RunConfig
 from prism.pricing import PriceTable
 from prism.rankers import build_ranker

@@ -4,7 +4,7 @@ endpoint reads."""
 import pytest
 from pydantic import ValidationError
 
-from prism.llm import Endpoint
+from prism.endpoints import Endpoint
 from prism.models import OUTPUT_CAPS, REASONING_TOKENS, RunConfig
 from workers.settings import Settings
 
