@@ -1,9 +1,10 @@
-# Two entry points: `make run` (the main job, embedded, no services needed) and `make test`.
+# Two entry points: `make run` (the main job on the bundled EDGAR filings, embedded, no services
+# needed) and `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test venv clean prior
+.PHONY: run run-rows test test-unit bench-quick venv clean prior docs
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,10 +21,22 @@ venv: $(BIN)/.installed
 run: venv
 	$(BIN)/prism run
 
+# The method's own unit: benchmark rows (a question and its candidates a line), bundled.
+run-rows: venv
+	$(BIN)/prism run prism/data/sample.jsonl.gz
+
 # Two test processes, a module each at a time (each takes its own Redis DB): the suite waits on
 # workers and servers more than it computes, so two halve its time on two cores.
 test: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# The fast lane for a change's own loop: the unit tests alone.
+test-unit: venv
+	$(BIN)/python -m pytest -q -n 2 tests/unit
+
+# Every benchmark at a small size, one after another (they flush Redis DBs of their own).
+bench-quick: venv
+	$(BIN)/python -m pytest -q -m bench tests/bench
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
@@ -32,3 +45,7 @@ clean:
 prior: venv
 	$(BIN)/prism prior fit ../shared/data/finagentbench/document_ranking_kaggle_dev_full.jsonl \
 		--exclude ../shared/data/finagentbench/document_ranking_kaggle_dev.jsonl --out prism/data/doc_prior
+
+# The configuration page, made from the options' declarations (a test fails when it is stale).
+docs: venv
+	$(BIN)/python -m producer.flags > docs/configuration.md

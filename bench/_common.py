@@ -1,8 +1,12 @@
-"""Shared by the benchmarks: the shared data, and a Redis DB of the benchmarks' own."""
+"""Shared by the benchmarks: the shared data, a Redis DB of the benchmarks' own, the S3 server
+(one of their own, or the one a CI lane shares: PRISM_BENCH_S3), `--quick`, and the exit codes
+of a run that ended."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +19,33 @@ DOC_DEV = SHARED / "finagentbench" / "document_ranking_kaggle_dev.jsonl"
 PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
 
 from prism.datasets import load_queries as load  # noqa: E402, F401 - for the benchmarks, after the path is set
+
+# `prism run` and `prism resume` exit with the run's status (producer.runs.EXIT_CODES): these end a
+# run, with every job's outcome stored; any other code is a crash of the benchmark's run.
+ENDED = {0: "complete", 3: "complete_with_failures"}
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The benchmark's flags, `--quick` among them: the same code path at a small size (CI)."""
+    found = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    found.add_argument("--quick", action="store_true", help="the same code path at a small size, in about 20 s")
+    return found
+
+
+def ended(done: subprocess.CompletedProcess, what: str = "prism run") -> subprocess.CompletedProcess:
+    """A command whose run ended (complete, or with failures it records); else stop, saying why."""
+    if done.returncode not in ENDED:
+        raise SystemExit(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return done
+
+
+def s3_server(workdir: Path):
+    """The S3 server: the one PRISM_BENCH_S3 names (shared by a CI lane), else one of our own."""
+    from workers.testing import SeaweedS3
+
+    if endpoint := os.environ.get("PRISM_BENCH_S3"):
+        return SeaweedS3.running(endpoint)
+    return SeaweedS3(workdir)
 
 
 def redis_db(db: int = 12) -> str:
@@ -35,10 +66,11 @@ class Fleet:
     and `celery worker` processes started on demand; `run` is `prism run` against them."""
 
     def __init__(self, simulator, workdir: Path, redis_db_index: int = 12, **env):
-        from workers.testing import SeaweedS3, fleet_env
+        from workers.testing import fleet_env
 
         self.workdir, self.simulator = workdir, simulator
-        self.s3 = SeaweedS3(workdir / "s3")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.s3 = s3_server(workdir / "s3")
         self.bucket = self.s3.bucket()
         self.redis_url = redis_db(redis_db_index)
         self.env = fleet_env(self.redis_url, self.s3.endpoint, simulator.url, **env)
@@ -76,8 +108,7 @@ class Fleet:
             self.workdir,
         )
         wall = time.monotonic() - started
-        if done.returncode != 0:
-            raise SystemExit(f"prism run failed:\n{done.stderr[-3000:]}")
+        ended(done)
         client, base = self.s3.client(), f"prism/runs/{run_id}"
 
         def get(key):

@@ -13,13 +13,14 @@ import gzip
 import tempfile
 from pathlib import Path
 
-from _common import DOC_DEV, PAGES, Fleet, load, report
+from _common import DOC_DEV, PAGES, Fleet, load, parser, report
 
 from prism.testing.batches import BatchConfig
 from prism.testing.simulator import Simulator, SimulatorConfig
 
 DOCUMENTS, PAGE_ROWS = 20, 2
 BATCH_ENV = {"PRISM_BATCH_POLL_S": "0.5", "PRISM_BATCH_GATHER_S": "1"}
+KEYS = ("batch_usd_ratio", "lost", "failed")
 
 
 def _outcomes(run: dict) -> tuple[int, int]:
@@ -61,10 +62,11 @@ def measure(fleet: Fleet, source: str, prefix: str = "batch") -> dict:
 
 
 def main() -> None:
+    documents, pages = (6, 1) if parser(__doc__).parse_args().quick else (DOCUMENTS, PAGE_ROWS)
     with gzip.open(PAGES, "rt") as f:
-        lines = DOC_DEV.read_text().splitlines(keepends=True)[:DOCUMENTS] + [next(f) for _ in range(PAGE_ROWS)]
+        lines = DOC_DEV.read_text().splitlines(keepends=True)[:documents] + [next(f) for _ in range(pages)]
     with tempfile.TemporaryDirectory() as tmp, Simulator(SimulatorConfig(mode="oracle")) as sim:
-        sim.add_queries(load(DOC_DEV) + load(PAGES, limit=PAGE_ROWS))
+        sim.add_queries(load(DOC_DEV) + load(PAGES, limit=pages))
         sim.batch.config = BatchConfig(validate_s=0.2, process_s=2.0, finalize_s=0.2)
         with Fleet(sim, Path(tmp), redis_db_index=8) as fleet:
             figures = measure(fleet, fleet.upload("batch.jsonl.gz", lines))

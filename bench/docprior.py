@@ -8,11 +8,12 @@ On the 296 evaluation rows, none of which the shipped prior was fitted on; score
 
 from __future__ import annotations
 
-from _common import DOC_DEV, load, report
+from _common import DOC_DEV, load, parser, report
 from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
-from prism.llm import Endpoint, Gateway, RetryPolicy, recording
+from prism.endpoints import Endpoint, RetryPolicy
+from prism.llm import Gateway, recording
 from prism.models import RunConfig
 from prism.pricing import PriceTable
 from prism.rankers import build_ranker
@@ -21,6 +22,13 @@ from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
 
 METRICS = ["ndcg@5", "mrr@5", "map@5"]
+KEYS = (
+    "constant_ndcg5",
+    "prior_ndcg5",
+    "llm_only_ndcg5_noise03",
+    "cascade_ndcg5_noise03",
+    "cascade_llm_fraction_noise03",
+)
 
 
 def score(rankings: dict[str, list[int]], qrels: Qrels) -> dict[str, float]:
@@ -29,7 +37,7 @@ def score(rankings: dict[str, list[int]], qrels: Qrels) -> dict[str, float]:
 
 
 def main() -> None:
-    rows = load(DOC_DEV)
+    rows = load(DOC_DEV, limit=40 if parser(__doc__).parse_args().quick else None)
     qrels = Qrels({q.id: {str(i): g for i, g in q.qrel.items() if g > 0} for q in rows})
     prior = read_prior(PACKAGED, Settings())
     figures: dict[str, float] = {}
@@ -65,13 +73,7 @@ def main() -> None:
                 figures[f"{name}_llm_fraction"] = round(asked / len(rows), 4)
     figures["cascade_llm_fraction_noise03"] = figures.pop("cascade_noise03_llm_fraction")
     figures["cascade_llm_fraction_noise05"] = figures.pop("cascade_noise05_llm_fraction")
-    keys = [
-        "constant_ndcg5",
-        "prior_ndcg5",
-        "llm_only_ndcg5_noise03",
-        "cascade_ndcg5_noise03",
-        "cascade_llm_fraction_noise03",
-    ]
+    keys = list(KEYS)
     rename = {"llm_only_noise03_ndcg5": "llm_only_ndcg5_noise03", "cascade_noise03_ndcg5": "cascade_ndcg5_noise03"}
     figures = {rename.get(k, k): v for k, v in figures.items()}
     report(**{k: figures[k] for k in keys}, **{k: v for k, v in figures.items() if k not in keys})

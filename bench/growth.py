@@ -32,12 +32,11 @@ Every corpus size is ingested and every question set size run over the largest c
 smallest also over the smallest corpus), each printed as it is measured; the last line holds the
 figures, with the milliseconds a filing and a question at the smallest and largest sizes.
 
-    python bench/growth.py [--filings 100,1000] [--questions 100,1000] [--quick]
+    python bench/growth.py [--filings 100,1000] [--questions 100,1000] [--quick: 30 and 30]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -51,12 +50,13 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from _common import PAGES, Fleet, report
+from _common import ENDED, Fleet, parser, report
 
 PRISM = str(Path(sys.executable).parent / "prism")
 YEARS = range(2019, 2025)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 FLEET_REDIS_DB = 15  # apart from the tests' (11 and up) and the other benchmarks' (12, 13)
+KEYS = ("ingest_cpu_ratio", "run_cpu_ratio", "plan_s_per_q", "producer_cpu_share", "reingest_share", "new_night_files")
 
 COMPANIES = [
     "Acme Industrial Corp",
@@ -358,7 +358,7 @@ def prism(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 1800
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - started
     done = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "out": out.read_text(), "err": err.read_text()}
-    if proc.returncode not in (0, 3):  # 3: a run that ended with some failures (FinanceBench's no-filing questions)
+    if proc.returncode not in ENDED:  # 3: a run that ended with some failures (FinanceBench's no-filing questions)
         raise SystemExit(f"prism {' '.join(args[:2])} failed ({proc.returncode}):\n{done['err'][-3000:]}")
     return done
 
@@ -502,17 +502,19 @@ def question_grid(work: Path, sizes: list[int], corpora: dict, env: dict[str, st
     return grid
 
 
-def financebench(work: Path, env: dict[str, str]) -> dict:
-    """The 150 FinanceBench questions over their 74 filings, embedded, as bench/corpus.py builds them."""
-    from corpus import DOC_INFO, question_set
+def financebench(work: Path, env: dict[str, str], quick: bool) -> dict:
+    """The 150 FinanceBench questions over their 74 filings, embedded, as bench/corpus.py builds
+    them (quick: its first questions over their filings)."""
+    from corpus import DOC_INFO, QUICK_QUESTIONS, page_rows, question_rows, question_set
 
-    from workers.corpus import ingest_source
+    from producer.ingest import ingest_source
     from workers.store import LocalStore
 
     fb = work / "financebench"
     fb.mkdir()
-    ingest_source(PAGES, LocalStore(fb / "corpus"), meta=DOC_INFO)
-    count = question_set(fb / "questions.jsonl")
+    rows = question_rows(QUICK_QUESTIONS if quick else None)
+    ingest_source(page_rows(fb, rows, quick), LocalStore(fb / "corpus"), meta=DOC_INFO)
+    count = question_set(fb / "questions.jsonl", rows)
     results = fb / "results"
     args = ["run", "--questions", str(fb / "questions.jsonl"), "--corpus", str(fb / "corpus")]
     done = prism([*args, "--results", str(results), "--run-id", "financebench"], env, fb)
@@ -577,12 +579,11 @@ def sizes(text: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--filings", type=sizes, default=[100, 1000], help="corpus sizes (default 100,1000)")
-    parser.add_argument("--questions", type=sizes, default=[100, 1000], help="question set sizes (default 100,1000)")
-    parser.add_argument("--quick", action="store_true", help="50 filings and 50 questions only")
-    args = parser.parse_args()
-    filings, questions = ([50], [50]) if args.quick else (args.filings, args.questions)
+    flags = parser(__doc__)
+    flags.add_argument("--filings", type=sizes, default=[100, 1000], help="corpus sizes (default 100,1000)")
+    flags.add_argument("--questions", type=sizes, default=[100, 1000], help="question set sizes (default 100,1000)")
+    args = flags.parse_args()
+    filings, questions = ([30], [30]) if args.quick else (args.filings, args.questions)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on a kill, as on Ctrl-C
     env = embedded_env()
     with tempfile.TemporaryDirectory(prefix="prism-growth-") as tmp:
@@ -590,7 +591,7 @@ def main() -> None:
         ingested = ingest_grid(work, filings, env)
         largest = ingested[filings[-1]]
         asked = question_grid(work, questions, {n: ingested[n] for n in filings}, env)
-        fb = financebench(work, env)
+        fb = financebench(work, env, args.quick)
         fleet = fleet_run(work, largest, asked[questions[-1]]["questions"], questions[-1])
     n, q, small_n, small_q = filings[-1], questions[-1], filings[0], questions[0]
     first = ingested[n]

@@ -19,22 +19,24 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import PAGES, SHARED, report
+from _common import PAGES, SHARED, parser, report
 
 from prism.datasets import load_queries
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare
-from workers.corpus import Corpus, ingest_source
+from producer.ingest import ingest_source
+from workers.corpus import Corpus
 from workers.store import LocalStore, S3Store
 
 DOC_INFO = SHARED / "financebench" / "financebench_document_information.jsonl"
 SEGMENT_TOKENS = 32_000  # RunConfig's default segment budget: what a run's chunk inputs are cut for
+KEYS = ("filings", "pages", "ingest_pages_per_s_local", "corpus_bytes_ratio", "ingest_2w_over_1w")
 
 
-def row_layout_bytes(counter: TokenCounter) -> tuple[int, int]:
+def row_layout_bytes(rows: Path, counter: TokenCounter) -> tuple[int, int]:
     """Bytes of one runs/<id>/inputs/<query_id>.json per page row: the row-per-question layout (the
     whole candidate list stored once per question), the baseline of stored_bytes_ratio."""
-    queries = load_queries(PAGES)
+    queries = load_queries(rows)
     total = sum(
         len(prepare(q.question, q.candidates, counter, SEGMENT_TOKENS).model_dump_json(indent=1).encode())
         for q in queries
@@ -42,12 +44,12 @@ def row_layout_bytes(counter: TokenCounter) -> tuple[int, int]:
     return len(queries), total
 
 
-def ingest(store, counter: TokenCounter) -> dict:
+def ingest(rows: Path, store, counter: TokenCounter) -> dict:
     started = time.perf_counter()
-    summary = ingest_source(PAGES, store, meta=DOC_INFO, counter=counter)
+    summary = ingest_source(rows, store, meta=DOC_INFO, counter=counter)
     seconds = time.perf_counter() - started
     again = time.perf_counter()
-    rerun = ingest_source(PAGES, store, meta=DOC_INFO, counter=counter)
+    rerun = ingest_source(rows, store, meta=DOC_INFO, counter=counter)
     assert rerun.unchanged == summary.ingested and rerun.ingested == 0, rerun
     return {
         "filings": summary.ingested,
@@ -61,24 +63,30 @@ def ingest(store, counter: TokenCounter) -> dict:
     }
 
 
-def shard_by_filing(folder: Path) -> int:
-    """The page rows, one rows file per filing; the number of files."""
-    by_doc: dict[str, list[str]] = {}
+def by_filing(limit: int | None) -> dict[str, list[str]]:
+    """The page rows by filing (the first ``limit`` filings)."""
+    found: dict[str, list[str]] = {}
     with gzip.open(PAGES, "rt") as rows:
         for line in rows:
-            if line.strip():
-                by_doc.setdefault(json.loads(line)["doc_name"], []).append(line)
+            doc = json.loads(line)["doc_name"] if line.strip() else None
+            if doc is not None and (doc in found or limit is None or len(found) < limit):
+                found.setdefault(doc, []).append(line)
+    return found
+
+
+def shard_by_filing(folder: Path, by_doc: dict[str, list[str]]) -> int:
+    """The page rows, one rows file per filing; the number of files."""
     folder.mkdir(parents=True)
     for doc, lines in by_doc.items():
         (folder / f"{doc}.jsonl.gz").write_bytes(gzip.compress("".join(lines).encode(), mtime=0))
     return len(by_doc)
 
 
-def fleet_ingest(shards: Path, workdir: Path, s3, bucket: str, workers: int) -> dict:
+def fleet_ingest(shards: Path, workdir: Path, s3, bucket: str, workers: int, filings: int) -> dict:
     """`prism ingest` of the shards on ``workers`` celery worker processes; its figures."""
     from _common import redis_db
 
-    from prism.ingest import Chunking
+    from prism.ingest.models import Chunking
     from producer.ingest import ingest
     from workers.settings import load_settings
     from workers.testing import WorkerProcess, fleet_env
@@ -97,27 +105,36 @@ def fleet_ingest(shards: Path, workdir: Path, s3, bucket: str, workers: int) -> 
         os.environ.update(saved)
         for worker in started:
             worker.stop()
-    assert summary.failed == 0 and summary.ingested == 74, summary.failures[:3]
+    # The only failures allowed are the metadata file's own lines it names (FinanceBench's holds a
+    # second record for one filing): every filing of the shards is ingested.
+    assert summary.ingested == filings, summary.failures[:3]
+    assert all(f.startswith(str(DOC_INFO)) for f in summary.failures), summary.failures[:3]
     return {"pages": summary.pages, "seconds": seconds}
 
 
 def main() -> None:
-    from workers.testing import SeaweedS3, s3_client
+    from _common import s3_server
 
+    from workers.testing import s3_client
+
+    quick = parser(__doc__).parse_args().quick
     counter = TokenCounter()
     counter.count("warm the tokenizer")
-    rows, row_bytes = row_layout_bytes(counter)
+    filings = by_filing(6 if quick else None)
     with tempfile.TemporaryDirectory() as tmp:
-        local = ingest(LocalStore(Path(tmp) / "corpus"), counter)
-        server = SeaweedS3(Path(tmp) / "s3")
+        pages = Path(tmp) / "pages.jsonl.gz"
+        pages.write_bytes(gzip.compress("".join(line for lines in filings.values() for line in lines).encode()))
+        rows, row_bytes = row_layout_bytes(pages, counter)
+        local = ingest(pages, LocalStore(Path(tmp) / "corpus"), counter)
+        server = s3_server(Path(tmp) / "s3")
         try:
             client = s3_client(server.endpoint)
-            client.create_bucket(Bucket="bench-corpus")
-            s3 = ingest(S3Store("bench-corpus", "prism", client), counter)
+            bucket = server.bucket()
+            s3 = ingest(pages, S3Store(bucket, "prism", client), counter)
             shards = Path(tmp) / "shards"
-            files = shard_by_filing(shards)
-            one = fleet_ingest(shards, Path(tmp), server, "bench-corpus", 1)
-            two = fleet_ingest(shards, Path(tmp), server, "bench-corpus", 2)
+            files = shard_by_filing(shards, filings)
+            one = fleet_ingest(shards, Path(tmp), server, bucket, 1, len(filings))
+            two = fleet_ingest(shards, Path(tmp), server, bucket, 2, len(filings))
         finally:
             server.stop()
     assert local["bytes"] == s3["bytes"], (local["bytes"], s3["bytes"])

@@ -27,19 +27,19 @@ process, as the baseline sends them and with the levers: the same rankings, the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 
-from _common import PAGES, Fleet, report
+from _common import PAGES, Fleet, parser, report
 from batch import BATCH_ENV
 
 from prism.datasets import load_queries
+from prism.endpoints import Endpoint, RequestOptions, RetryPolicy
 from prism.estimate import estimate
-from prism.llm import Endpoint, Gateway, RequestOptions, RetryPolicy
+from prism.llm import Gateway
 from prism.metrics import evaluate
 from prism.models import RunConfig, Usage
 from prism.pricing import PriceTable
@@ -122,6 +122,7 @@ RUNS = (
     ("prefilter", LEVERS | {"PRISM_SERVICE_TIER": "flex", "PRISM_PREFILTER_SHARE": "0.3"}, ("--fresh",)),
 )
 VISIBLE_OUTPUT = 40  # a ranking reply of ten indices, reasoning apart
+KEYS = ("usd_ratio", "input_usd_ratio", "cached_prompt_share", "batch_usd_ratio", "estimate_error_flex")
 
 
 def at_ceiling(run: dict, tier: str) -> Decimal:
@@ -146,11 +147,11 @@ def estimated_usd(lines: list[str], scratch: Path) -> dict[str, Decimal]:
     return {tier: Decimal(result.usd[f"{tier}_cached"]) for tier in ("flex", "batch")}
 
 
-def layouts_rank_alike() -> dict:
+def layouts_rank_alike(limit: int | None) -> dict:
     """The 129 FinanceBench page questions on the oracle simulator (noise 0.3), once as the
     baseline sends them and once with the levers (question last, cache key, flex with some
     refusals): the rankings must be the same, so the levers lose nothing on the way."""
-    queries = load_queries(PAGES)
+    queries = load_queries(PAGES, limit=limit)
     qrels = {q.id: q.qrel for q in queries}
     counter = TokenCounter()
     rankings: dict[str, dict[str, list[int]]] = {}
@@ -184,12 +185,14 @@ def layouts_rank_alike() -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--questions", type=int, default=10)
-    parser.add_argument("--filings", type=int, default=20)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--keep", type=Path, default=None, help="keep the logs in this folder")
-    args = parser.parse_args()
+    flags = parser(__doc__)
+    flags.add_argument("--questions", type=int, default=10)
+    flags.add_argument("--filings", type=int, default=20)
+    flags.add_argument("--workers", type=int, default=2)
+    flags.add_argument("--keep", type=Path, default=None, help="keep the logs in this folder")
+    args = flags.parse_args()
+    if args.quick:  # 2 questions over 2 filings, 6 oracle questions
+        args.questions, args.filings = 2, 2
     lines = nightly_rows(args.questions, args.filings)
     config = SimulatorConfig(
         latency_s=0.05,
@@ -252,7 +255,7 @@ def main() -> None:
         estimate_error_flex=float(estimated["flex"] / flex["usd"] - 1),
         estimate_error_batch=float(estimated["batch"] / batch["usd"] - 1),
     )
-    oracle = layouts_rank_alike()
+    oracle = layouts_rank_alike(6 if args.quick else None)
     report(
         usd_baseline=float(base["usd"]),
         usd_flex=float(flex["usd"]),

@@ -16,18 +16,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import DOC_DEV, PAGES, load, redis_db, report
+from _common import DOC_DEV, PAGES, ended, load, parser, redis_db, report, s3_server
 
-from prism.llm import Endpoint, Gateway, RetryPolicy
+from prism.endpoints import Endpoint, RetryPolicy
+from prism.llm import Gateway
 from prism.models import RunConfig
 from prism.pricing import PriceTable
 from prism.rankers import build_ranker
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare, rank_chunks
 from prism.testing.simulator import Simulator, SimulatorConfig
-from workers.testing import SeaweedS3, WorkerProcess, fleet_env, prism_cli
+from workers.testing import WorkerProcess, fleet_env, prism_cli
 
 WORKERS = 2
+KEYS = ("jobs", "lost", "failed", "overhead_ms_per_job", "fleet_jobs_per_s")
 
 
 def baseline(sim: Simulator, documents, pages) -> float:
@@ -51,7 +53,8 @@ def baseline(sim: Simulator, documents, pages) -> float:
 
 
 def main() -> None:
-    documents, pages = load(DOC_DEV), load(PAGES, limit=20)
+    quick = parser(__doc__).parse_args().quick
+    documents, pages = load(DOC_DEV, limit=30 if quick else None), load(PAGES, limit=3 if quick else 20)
     jobs = len(documents) + len(pages)
     with tempfile.TemporaryDirectory() as tmp, Simulator(SimulatorConfig(mode="oracle")) as sim:
         tmp = Path(tmp)
@@ -59,13 +62,14 @@ def main() -> None:
         direct_s = baseline(sim, documents, pages)
         print(f"baseline: {jobs} jobs in one process in {direct_s:.1f} s", flush=True)
 
-        s3 = SeaweedS3(tmp / "s3")
+        s3 = s3_server(tmp / "s3")
         workers = []
         try:
             bucket = s3.bucket()
             with gzip.open(PAGES, "rt") as f:
                 page_lines = [next(f) for _ in range(len(pages))]
-            body = gzip.compress((DOC_DEV.read_text() + "".join(page_lines)).encode())
+            document_lines = DOC_DEV.read_text().splitlines(keepends=True)[: len(documents)]
+            body = gzip.compress(("".join(document_lines) + "".join(page_lines)).encode())
             s3.client().put_object(Bucket=bucket, Key="in/overhead.jsonl.gz", Body=body)
             env = fleet_env(redis_db(), s3.endpoint, sim.url)
             workers = [WorkerProcess(env, tmp / f"worker{i}.log", concurrency=1) for i in range(WORKERS)]
@@ -83,8 +87,7 @@ def main() -> None:
                 tmp,
             )
             fleet_s = time.monotonic() - started
-            if run.returncode != 0:
-                raise SystemExit(f"prism run failed:\n{run.stderr[-3000:]}")
+            ended(run)
             manifest = json.loads(
                 s3.client().get_object(Bucket=bucket, Key="prism/runs/overhead/manifest.json")["Body"].read()
             )

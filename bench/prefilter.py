@@ -14,15 +14,15 @@ is the financial retriever with MiniLM as one more signal.
 from __future__ import annotations
 
 import statistics
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from _common import PAGES, report
+from _common import PAGES, parser, report
 
 from prism.datasets import load_queries
 from prism.embeddings import local_embedder
+from prism.endpoints import Endpoint, RetryPolicy
 from prism.hybrid import SCORERS
-from prism.llm import Endpoint, Gateway, RetryPolicy, recording
+from prism.llm import Gateway, recording
 from prism.metrics import evaluate
 from prism.models import RunConfig
 from prism.pricing import PriceTable
@@ -40,11 +40,14 @@ PREFILTERS: dict[str, dict] = {
     "share30": {"share": 0.30},
 }
 HEADLINE = "keep45"
-DENSE = sys.argv[sys.argv.index("--dense") + 1] if "--dense" in sys.argv else "financial"
+KEYS = ("token_ratio", "ndcg_with", "ndcg_without")
 
 
 def main() -> None:
-    queries = load_queries(PAGES)
+    flags = parser(__doc__)
+    flags.add_argument("--dense", default="financial", help="the pre-filter's scorer (default financial)")
+    args = flags.parse_args()
+    queries = load_queries(PAGES, limit=8 if args.quick else None)
     qrels = {q.id: q.qrel for q in queries}
     counter, config = TokenCounter(), RunConfig(chunk_ranker="llm")
     budget = config.segment_tokens
@@ -54,7 +57,7 @@ def main() -> None:
         gateway = Gateway(Endpoint(base_url=sim.url, api_key="sk-bench"), PriceTable.load(), RetryPolicy(timeout_s=600))
         segments, rerank = build_ranker(config, "segments", gateway), build_ranker(config, "rerank", gateway)
 
-        dense = DENSE if DENSE in SCORERS else local_embedder(DENSE)
+        dense = args.dense if args.dense in SCORERS else local_embedder(args.dense)
 
         def one(q, prefilter):
             data = prepare(q.question, q.candidates, counter, budget, dense=dense, **prefilter)
@@ -78,7 +81,7 @@ def main() -> None:
         "ndcg_without": figures.pop("ndcg_without"),
         "keep": PREFILTERS[HEADLINE]["keep"],
     }
-    report(**headline, dense=DENSE, **figures)
+    report(**headline, dense=args.dense, **figures)
 
 
 if __name__ == "__main__":

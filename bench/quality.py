@@ -11,9 +11,7 @@ hybrid for pages (needs the [minilm] extra; about 20 minutes on 2 cores).
 
 from __future__ import annotations
 
-import sys
-
-from _common import DOC_DEV, PAGES, load, report
+from _common import DOC_DEV, PAGES, load, parser, report
 from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
@@ -26,6 +24,7 @@ from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
 
 METRICS = ["ndcg@5", "mrr@5", "map@5"]
+KEYS = ("doc_ndcg5_best", "page_ndcg5_best", "doc_prior_ndcg5", "page_bm25_ndcg5")
 
 
 class DenseRanker:
@@ -82,7 +81,10 @@ def main() -> None:
             figures[f"{prefix}_{name}_{metric.replace('@', '')}"] = round(values[metric], 4)
         print(f"{prefix} {name}: " + ", ".join(f"{m} {values[m]:.4f}" for m in METRICS), flush=True)
 
-    documents, pages = load(DOC_DEV), load(PAGES)
+    flags = parser(__doc__)
+    flags.add_argument("--minilm", action="store_true", help="MiniLM dense and hybrid for pages (the [minilm] extra)")
+    args = flags.parse_args()
+    documents, pages = load(DOC_DEV, limit=60 if args.quick else None), load(PAGES, limit=10 if args.quick else None)
     expand = document_lexical_ranker().expand
     hashed = local_embedder("hashed")
     prior = read_prior(PACKAGED, Settings())
@@ -97,7 +99,7 @@ def main() -> None:
     record("page", "dense_lsa", pages, DenseRanker("lsa"))
     record("page", "dense_hashed", pages, DenseRanker(hashed))
     record("page", "hybrid", pages, HybridRanker("lsa"))
-    if "--minilm" in sys.argv:
+    if args.minilm:
         minilm = Remembering(local_embedder("minilm"))
         record("page", "dense_minilm", pages, DenseRanker(minilm))
         record("page", "hybrid_minilm", pages, HybridRanker(minilm))

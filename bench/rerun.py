@@ -12,16 +12,20 @@ import gzip
 import tempfile
 from pathlib import Path
 
-from _common import DOC_DEV, PAGES, Fleet, load, report
+from _common import DOC_DEV, PAGES, Fleet, load, parser, report
 
 from prism.testing.simulator import Simulator, SimulatorConfig
 
+KEYS = ("second_run_llm_calls", "second_run_requests", "wall_ratio", "fresh_run_requests", "fresh_wall_ratio")
+
 
 def main() -> None:
+    quick = parser(__doc__).parse_args().quick
+    documents, pages = (30, 3) if quick else (None, 20)
     with gzip.open(PAGES, "rt") as f:
-        lines = DOC_DEV.read_text().splitlines(keepends=True) + [next(f) for _ in range(20)]
+        lines = DOC_DEV.read_text().splitlines(keepends=True)[:documents] + [next(f) for _ in range(pages)]
     with tempfile.TemporaryDirectory() as tmp, Simulator(SimulatorConfig(mode="oracle", latency_s=0.2)) as sim:
-        sim.add_queries(load(DOC_DEV) + load(PAGES, limit=20))
+        sim.add_queries(load(DOC_DEV, limit=documents) + load(PAGES, limit=pages))
         with Fleet(sim, Path(tmp)) as fleet:
             source = fleet.upload("nightly.jsonl.gz", lines)
             fleet.start_workers(2, concurrency=2)

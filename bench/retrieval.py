@@ -22,12 +22,11 @@ in-sample.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import defaultdict
 
 import numpy as np
-from _common import PAGES, report
+from _common import PAGES, parser, report
 from sklearn.linear_model import LogisticRegression
 
 from prism.datasets import load_queries
@@ -39,6 +38,7 @@ from prism.segmenting import TokenCounter
 
 SHARE, KEEP = 0.30, 45
 DENSE = ("minilm", "wordllama")  # the embedders a flag adds: --minilm, --wordllama
+KEYS = ("recall_at_30pct", "recall_at_45", "ndcg5", "pages_per_s")
 
 
 def order_of(scores) -> list[int]:
@@ -152,7 +152,15 @@ def add_variants(by_filing, signals) -> float:
 
 
 def main() -> None:
+    flags = parser(__doc__)
+    for name in DENSE:
+        flags.add_argument(f"--{name}", action="store_true", help=f"{name} as one more signal")
+    flags.add_argument("--variants", action="store_true", help="two more lexical signals, measured")
+    args = flags.parse_args()
     queries = load_queries(PAGES)
+    if args.quick:  # the questions of the first 12 filings
+        first = list(dict.fromkeys(tuple(q.candidates) for q in queries))[:12]
+        queries = [q for q in queries if tuple(q.candidates) in first]
     counter = TokenCounter()
     tokens = {q.id: np.array(counter.count_many(q.candidates)) for q in queries}
     by_filing = defaultdict(list)
@@ -184,7 +192,7 @@ def main() -> None:
     filings = sorted(by_filing, key=lambda texts: by_filing[texts][0].id)
     halves = [[q for i, f in enumerate(filings) if i % 2 == h for q in by_filing[f]] for h in (0, 1)]
     held_out = by_halves("financial", halves, signals, tokens)
-    for dense in (name for name in DENSE if f"--{name}" in sys.argv):
+    for dense in (name for name in DENSE if getattr(args, name)):
         dense_pages_per_s = add_dense(dense, by_filing, signals)
         show(
             f"{dense} alone ({dense_pages_per_s:.1f} pages/s)",
@@ -199,7 +207,7 @@ def main() -> None:
         show(f"financial-{dense}, both halves out-of-half", figures(queries, with_dense, tokens))
         shipped = DENSE_WEIGHTS.get(dense)
         print(f"financial-{dense} weights fitted on all: {fit(queries, signals, names)} (shipped: {shipped})")
-    if "--variants" in sys.argv:
+    if args.variants:
         variants_pages_per_s = add_variants(by_filing, signals)
         print(f"variant signals: {variants_pages_per_s:.0f} pages/s on top of the index", flush=True)
         for extra in (("heading",), ("rows",), ("heading", "rows")):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import openai
-from _common import Fleet, document_lines, report
+from _common import Fleet, document_lines, parser, report
 
 from prism import prompts
 from prism.datasets import parse_row
@@ -27,18 +27,19 @@ from prism.testing.simulator import Simulator, SimulatorConfig
 from producer.prompt_check import CHECK_NAME
 
 JOBS, WINDOW_S, TOKENS, REQUESTS, LATENCY_S = 600, 10.0, 50_000, 150, 0.5
+KEYS = ("saturation", "per1000_429", "lost", "duplicated", "naive_per1000_429")
 
 
-def phase(sim: Simulator, started: float) -> tuple[float, int]:
+def phase(sim: Simulator, started: float, window_s: float, tokens: int) -> tuple[float, int]:
     """(saturation, requests answered) since ``started``. The rate is the slope of cumulative
     tokens served over time, fitted between the first and the last window: an empty window at
     the start admits one burst, and the end trails off, so both edges are left out."""
     points = [(at, t) for at, t in sim.served if at >= started]
     times = np.array([at for at, _ in points])
     cumulative = np.cumsum([t for _, t in points])
-    steady = (times >= times[0] + WINDOW_S) & (times <= times[-1] - WINDOW_S)
+    steady = (times >= times[0] + window_s) & (times <= times[-1] - window_s)
     slope = np.polyfit(times[steady], cumulative[steady], 1)[0]
-    return slope / (TOKENS / WINDOW_S), len(points)
+    return slope / (tokens / window_s), len(points)
 
 
 async def naive(sim: Simulator, queries) -> int:
@@ -63,10 +64,14 @@ async def naive(sim: Simulator, queries) -> int:
 
 
 def main() -> None:
-    lines = document_lines(2 * JOBS)
-    fleet_lines, naive_queries = lines[:JOBS], [parse_row(line, i) for i, line in enumerate(lines[JOBS:], 1)]
-    config = SimulatorConfig(mode="oracle", latency_s=LATENCY_S, rpm=REQUESTS, tpm=TOKENS, window_s=WINDOW_S)
-    limits = json.dumps({"*": {"requests": f"{REQUESTS}/10 seconds", "tokens": f"{TOKENS}/10 seconds"}})
+    # --quick: a 3 s window, its limits scaled down with it, and as many jobs as four windows take
+    jobs, window, tokens, requests = (
+        (180, 3, 15_000, 45) if parser(__doc__).parse_args().quick else (JOBS, 10, TOKENS, REQUESTS)
+    )
+    lines = document_lines(2 * jobs)
+    fleet_lines, naive_queries = lines[:jobs], [parse_row(line, i) for i, line in enumerate(lines[jobs:], 1)]
+    config = SimulatorConfig(mode="oracle", latency_s=LATENCY_S, rpm=requests, tpm=tokens, window_s=float(window))
+    limits = json.dumps({"*": {"requests": f"{requests}/{window} seconds", "tokens": f"{tokens}/{window} seconds"}})
     with tempfile.TemporaryDirectory() as tmp, Simulator(config) as sim:
         sim.add_queries(parse_row(line, i) for i, line in enumerate(lines, 1))
         env = {"PRISM_LLM_LIMITS": limits, "PRISM_CACHE": "false", "PRISM_LLM_EXPECTED_OUTPUT_TOKENS": "100"}
@@ -76,19 +81,19 @@ def main() -> None:
             before, started = sim.stats["429_limit"], time.monotonic()
             run = fleet.run(source, "saturation")
             throttled = sim.stats["429_limit"] - before
-            saturation, answered = phase(sim, started)
+            saturation, answered = phase(sim, started, window, tokens)
         counts = run["manifest"]["counts"]
-        lost = JOBS - counts["done"] - counts["failed"]
+        lost = jobs - counts["done"] - counts["failed"]
         print(
             f"fleet: {counts['done']} done, {counts['failed']} failed, {answered} calls, {throttled} refused with 429, saturation {saturation:.3f}",
             flush=True,
         )
 
-        time.sleep(WINDOW_S)  # let the provider's window empty
+        time.sleep(window)  # let the provider's window empty
         before, started = sim.stats["429_limit"], time.monotonic()
         naive_lost = asyncio.run(naive(sim, naive_queries))
         naive_throttled = sim.stats["429_limit"] - before
-        naive_saturation, naive_answered = phase(sim, started)
+        naive_saturation, naive_answered = phase(sim, started, window, tokens)
         print(
             f"naive: {naive_answered} answered, {naive_lost} lost, {naive_throttled} refused with 429, saturation {naive_saturation:.3f}",
             flush=True,

@@ -13,12 +13,13 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from _common import Fleet, document_lines, report
+from _common import Fleet, document_lines, parser, report
 
 from prism.datasets import parse_row
 from prism.testing.simulator import Simulator, SimulatorConfig
 
 JOBS_PER_WORKER, LATENCY_S, COUNTS = 60, 0.5, (1, 2, 4)
+KEYS = ("scale2", "scale4", "jobs_per_s_1")
 
 
 def throughput(run: dict) -> float:
@@ -28,7 +29,8 @@ def throughput(run: dict) -> float:
 
 
 def main() -> None:
-    lines = document_lines(JOBS_PER_WORKER * sum(COUNTS))
+    per_worker = 8 if parser(__doc__).parse_args().quick else JOBS_PER_WORKER
+    lines = document_lines(per_worker * sum(COUNTS))
     # Limits far above what 4 workers can use: the fleet, not the provider, is measured.
     limits = json.dumps({"*": {"requests": "100000/minute", "tokens": "100000000/minute"}})
     config = SimulatorConfig(mode="oracle", latency_s=LATENCY_S, rpm=100_000, tpm=100_000_000)
@@ -38,7 +40,7 @@ def main() -> None:
         with Fleet(sim, Path(tmp), PRISM_LLM_LIMITS=limits, PRISM_CACHE="false") as fleet:
             offset = 0
             for n in COUNTS:
-                jobs = lines[offset : offset + JOBS_PER_WORKER * n]
+                jobs = lines[offset : offset + per_worker * n]
                 offset += len(jobs)
                 source = fleet.upload(f"scale{n}.jsonl.gz", jobs)
                 fleet.start_workers(n, concurrency=2)

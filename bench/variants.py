@@ -16,7 +16,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from _common import DOC_DEV, PAGES, SHARED, Fleet, report
+from _common import DOC_DEV, PAGES, SHARED, Fleet, parser, report
 
 from prism.datasets import parse_row
 from prism.testing.simulator import Simulator, SimulatorConfig
@@ -37,22 +37,31 @@ VARIANTS = {
     "cascade": LLM | {"PRISM_DOC_RANKER": "cascade"},
     "fuse": LLM | {"PRISM_DOC_RANKER": "fuse"},
 }
+QUICK = ("p4", "a1", "selector_adder", "cascade")  # --quick: one of each kind, on 2 + 2 rows
+KEYS = ("variants_ok", "variants_total")
 
 
 def main() -> None:
+    quick = parser(__doc__).parse_args().quick
+    size = 2 if quick else 10
+    variants = {name: VARIANTS[name] for name in QUICK} if quick else VARIANTS
     with gzip.open(PAGES, "rt") as f:
-        page_lines = sorted(f, key=lambda line: json.loads(line)["n_chunks"])[:10]
-    doc_lines = DOC_DEV.read_text().splitlines(keepends=True)[:10]
+        page_lines = sorted(f, key=lambda line: json.loads(line)["n_chunks"])[:size]
+    doc_lines = DOC_DEV.read_text().splitlines(keepends=True)[:size]
     rows = [parse_row(line, i) for i, line in enumerate(doc_lines + page_lines, 1)]
     ok, figures = 0, {}
     with tempfile.TemporaryDirectory() as tmp, Simulator(SimulatorConfig(mode="oracle")) as sim:
         sim.add_queries(rows)
         with Fleet(sim, Path(tmp), PRISM_CACHE="false") as fleet:
             source = fleet.upload("variants.jsonl.gz", doc_lines + page_lines)
-            indexes = {}
+            indexes: dict[str, str] = {}
             for name, data, exclude in (
-                ("docs_index", SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl", DOC_DEV),
-                ("pages_index", PAGES, None),
+                ()
+                if quick
+                else (
+                    ("docs_index", SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl", DOC_DEV),
+                    ("pages_index", PAGES, None),
+                )
             ):
                 out = f"s3://{fleet.bucket}/icl/{name}"
                 args = ["icl", "build", str(data), "--out", out] + (["--exclude", str(exclude)] if exclude else [])
@@ -60,7 +69,7 @@ def main() -> None:
                 assert built.returncode == 0, built.stderr[-2000:]
                 indexes[name] = out
             fleet.start_workers(2, concurrency=2)
-            for name, env in VARIANTS.items():
+            for name, env in variants.items():
                 env = {k: v.format(**indexes) for k, v in env.items()}
                 try:
                     run = fleet.run(
@@ -87,7 +96,7 @@ def main() -> None:
                     + ", ".join(f"{k} {v['ndcg@5']:.3f}" for k, v in metrics.items() if "ndcg@5" in v),
                     flush=True,
                 )
-    report(variants_ok=ok, variants_total=len(VARIANTS), **figures)
+    report(variants_ok=ok, variants_total=len(variants), **figures)
 
 
 if __name__ == "__main__":

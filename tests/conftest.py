@@ -21,6 +21,7 @@ SHARED = Path(os.environ.get("PRISM_SHARED_DATA", ROOT.parent / "shared" / "data
 DOC_DEV = SHARED / "finagentbench" / "document_ranking_kaggle_dev.jsonl"
 DOC_FULL = SHARED / "finagentbench" / "document_ranking_kaggle_dev_full.jsonl"
 PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
+ROWS_SAMPLE = ROOT / "prism" / "data" / "sample.jsonl.gz"  # the bundled benchmark rows (make run-rows)
 
 
 def check_calls(cost: dict) -> int:
