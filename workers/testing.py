@@ -80,6 +80,13 @@ class SeaweedS3:
         ]
         self.start()
 
+    @classmethod
+    def running(cls, endpoint: str) -> SeaweedS3:
+        """One already running (a CI lane's, shared by its benchmarks): not started or stopped here."""
+        server = cls.__new__(cls)
+        server.endpoint, server.proc = endpoint, None  # type: ignore[assignment]
+        return server
+
     def start(self) -> None:
         """Start (again, on the same ports and data) and wait until S3 answers."""
         self.proc = subprocess.Popen(
@@ -109,7 +116,8 @@ class SeaweedS3:
         return name
 
     def stop(self) -> None:
-        _stop(self.proc, timeout=15)
+        if self.proc is not None:  # None: one already running, not ours to stop
+            _stop(self.proc, timeout=15)
 
 
 class RedisServer:

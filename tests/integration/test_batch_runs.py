@@ -77,7 +77,7 @@ def _calls(run: dict) -> list[dict]:
 def _complete(run: dict, queries: int) -> None:
     ids = [r["query_id"] for r in run["results"]]
     assert len(ids) == len(set(ids)) == queries, (ids, run["failures"])
-    assert run["manifest"]["status"] == "complete" and run["manifest"]["via"] == "batch"
+    assert run["manifest"]["status"] == "complete" and run["manifest"]["config"]["via"] == "batch"
 
 
 def _answered_once(run: dict, sim: Simulator) -> list[dict]:
@@ -254,3 +254,26 @@ def test_a_killed_producer_resumes_polling_its_batches(tmp_path, broker, s3_serv
     assert records[submitted["id"]]["ingested"] and records[submitted["id"]]["status"] == "completed"
     lines = [line["custom_id"] for b in sim.batch.batches.values() for line in b.lines]
     assert len(lines) == len(set(lines))
+
+
+def test_a_batch_run_enqueued_without_waiting_is_driven_by_the_fleet(
+    tmp_path, broker, s3_server, bucket, sim, start_worker
+):
+    """No producer after `prism enqueue --via batch`: the workers that wait on the batches submit,
+    poll and take them in (one at a time, by the run's tick lock), and the run ends complete."""
+    source = upload_input(s3_server, bucket, "in/nowait.jsonl.gz", documents=3, pages=1)
+    env = _env(broker, s3_server, sim)
+    start_worker(env, concurrency=2)
+    start_worker(env, concurrency=2)  # two workers: the lock keeps them from submitting twice
+    results = f"s3://{bucket}/prism"
+    queued = _run(["enqueue", source, "--results", results, "--run-id", "nowait", "--via", "batch"], env, tmp_path)
+    assert queued.stdout.strip() == "nowait"
+    client, deadline = s3_client(s3_server), time.monotonic() + 180
+    while client.list_objects_v2(Bucket=bucket, Prefix="prism/runs/nowait/results/").get("KeyCount", 0) < 4:
+        assert time.monotonic() < deadline, "the fleet did not finish the batch run on its own"
+        time.sleep(1)
+    _run(["report", "nowait", "--results", results], env, tmp_path)
+    run = read_run(s3_server, bucket, "nowait")
+    _complete(run, 4)
+    _answered_once(run, sim)
+    assert sim.batch.batches and all(r["ingested"] for r in _batch_records(s3_server, bucket, "nowait"))

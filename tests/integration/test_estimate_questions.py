@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from producer.ingest import ingest_source
 from tests.conftest import PAGES, SHARED
-from workers.corpus import ingest_source
 from workers.store import LocalStore
 from workers.testing import fleet_env, prism_cli
 
@@ -106,3 +106,33 @@ def test_a_question_set_estimate_is_within_15_percent_of_its_run(tmp_path, fresh
     for stage, (calls_, tokens_) in estimated.items():
         assert (int(rows[stage][0]), int(rows[stage][2])) == (calls_, tokens_), section
     assert int(rows["segments"][1]) == actual["segments"][0] and "Estimated USD at the run's tier" in section
+
+
+def test_the_estimate_and_the_planning_task_plan_the_shared_question_set_alike(tmp_path):
+    """The real EDGAR filings and their 37 questions: `prism estimate` plans each question through
+    the same planner as the fleet's planning task, so each gets the same period and the same
+    filings in the same order (the document prior ranks the forms in both)."""
+    from producer.estimate import plan_questions
+    from workers.corpus import Corpus
+    from workers.settings import load_settings
+
+    edgar = SHARED / "edgar"
+    ingest_source(edgar / "filings", LocalStore(tmp_path / "corpus"))
+    keys = ("id", "question", "scope", "qrels", "answer")
+    questions = tmp_path / "questions.jsonl"
+    rows = [json.loads(line) for line in (edgar / "questions.jsonl").read_text().splitlines() if line.strip()]
+    questions.write_text("".join(json.dumps({k: r[k] for k in keys if k in r}) + "\n" for r in rows))
+    env = fleet_env(None, None, None, PRISM_DOC_RANKER="prior")
+    args = ["run", "--questions", str(questions), "--corpus", str(tmp_path / "corpus"), "--run-id", "alike"]
+    done = prism_cli(args, env, tmp_path)
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    ran = [json.loads(line) for line in (tmp_path / "results" / "runs" / "alike" / "questions.jsonl").open()]
+    settings = load_settings(doc_ranker="prior")
+    planned, bad = plan_questions(
+        str(questions), Corpus(LocalStore(tmp_path / "corpus")), settings, settings.run_config()
+    )
+    assert not bad and len(planned) == len(ran) == len(rows)
+    by_task = {q["question_id"]: (q["period"], [f["filing"] for f in q["filings"]]) for q in ran}
+    by_estimate = {p.question.id: (p.period, [c.filing_id for c in p.filings]) for p in planned}
+    assert by_estimate == by_task
+    assert sum(1 for _, filings in by_task.values() if filings) >= 30  # most questions find their filing

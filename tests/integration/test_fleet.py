@@ -1,6 +1,7 @@
 """`prism run` end to end: the producer, real `celery worker` processes on Redis, results in
 the S3 server, the LLM simulator over HTTP; and the embedded default with nothing configured."""
 
+import csv
 import gzip
 import json
 from decimal import Decimal
@@ -10,7 +11,7 @@ from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
 from producer.prompt_check import CHECK_NAME
-from tests.conftest import DOC_DEV, PAGES, fleet_env, prism_cli, s3_client
+from tests.conftest import DOC_DEV, PAGES, ROOT, ROWS_SAMPLE, fleet_env, prism_cli, s3_client
 
 pytestmark = pytest.mark.integration
 
@@ -100,23 +101,35 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
     assert status.returncode == 0 and "106" in status.stdout
 
 
-def test_embedded_default_runs_the_bundled_sample_with_nothing_configured(tmp_path):
+def test_embedded_default_runs_the_main_job_on_the_bundled_edgar_filings(tmp_path):
+    """Nothing configured, no input: the bundled real EDGAR filings are ingested, their question
+    set runs over them at $0, and the evidence table's path is said."""
     env = fleet_env(None, None, None)
     run = prism_cli(["run", "--run-id", "sample"], env, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "No LLM was used" in run.stdout and "12 done (0 reused), 0 failed" in run.stdout
+    questions = sum(1 for _ in (ROOT / "prism" / "data" / "edgar" / "questions.jsonl").open())
+    assert "No LLM was used" in run.stdout and f"{questions} done (0 reused), 0 failed" in run.stdout
     base = tmp_path / "results" / "runs" / "sample"
+    assert f"evidence table: {base}/evidence.csv" in run.stdout
     manifest = json.loads((base / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["embedded"] and manifest["config"]["doc_ranker"] == "prior"
-    assert len(list((base / "results" / "documents").glob("*.json"))) == 8
-    assert len(list((base / "results" / "chunks").glob("*.json"))) == 4
+    assert manifest["corpus"] == str(tmp_path / "results" / "sample-corpus")
+    rows = list(csv.DictReader((base / "evidence.csv").open()))
+    assert {r["question_id"] for r in rows} == {
+        json.loads(q)["id"] for q in (ROOT / "prism" / "data" / "edgar" / "questions.jsonl").open()
+    }
+    evidence = json.loads((base / "evidence_metrics.json").read_text())
+    assert evidence["judged"] == questions and evidence["filing_top1"] == 1.0
     cost = json.loads((base / "cost.json").read_text())
     assert cost["total"]["calls"] == 0 and (base / "report.md").read_text().startswith("# Run sample")
+    # A second make run finds the filings ingested: not read again.
+    again = prism_cli(["run", "--run-id", "sample-2"], env, tmp_path)
+    assert again.returncode == 0 and "7 real EDGAR filings" in again.stderr
 
 
 def test_embedded_llm_run_reports_an_unpriced_model_as_unpriced(tmp_path, fresh_simulator):
     env = fleet_env(None, None, fresh_simulator.url, PRISM_LLM_MODEL="acme-ranker-9000")
-    run = prism_cli(["run", "--run-id", "unpriced"], env, tmp_path)
+    run = prism_cli(["run", str(ROWS_SAMPLE), "--run-id", "unpriced"], env, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     cost = json.loads((tmp_path / "results" / "runs" / "unpriced" / "cost.json").read_text())
     total = cost["total"]

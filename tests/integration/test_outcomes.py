@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fleet_env, prism_cli, read_run
+from tests.conftest import ROWS_SAMPLE, fleet_env, prism_cli, read_run
 
 pytestmark = pytest.mark.integration
 SAMPLE = 12  # the bundled sample: 8 document queries and 4 chunk queries
@@ -41,7 +41,12 @@ def _check(manifest: dict, results: list[dict], failures: list[dict], stage: str
 @pytest.mark.parametrize("stage", sorted(BROKEN))
 def test_embedded_run_ends_with_one_outcome_per_query(stage, tmp_path):
     env = fleet_env(None, None, None, PRISM_FAULT_AT=stage, PRISM_STALL_S="20")
-    done = prism_cli(["run", "--results", str(tmp_path / "results"), "--run-id", "faulty"], env, tmp_path, timeout=120)
+    done = prism_cli(
+        ["run", str(ROWS_SAMPLE), "--results", str(tmp_path / "results"), "--run-id", "faulty"],
+        env,
+        tmp_path,
+        timeout=120,
+    )
     # every job failed: exit 1; some did: 3, so a scheduler running the night by exit code knows
     assert done.returncode == (1 if BROKEN[stage] == {"documents", "chunks"} else 3), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
@@ -59,7 +64,9 @@ def test_fleet_run_ends_with_one_outcome_per_query(stage, tmp_path, redis_url, s
     env = fleet_env(redis_url, s3_server, None, PRISM_STALL_S="20")
     start_worker(env | {"PRISM_FAULT_AT": stage})
     results = f"s3://{bucket}/prism"
-    done = prism_cli(["run", "--results", results, "--run-id", f"faulty-{stage}"], env, Path(tmp_path), timeout=180)
+    done = prism_cli(
+        ["run", str(ROWS_SAMPLE), "--results", results, "--run-id", f"faulty-{stage}"], env, Path(tmp_path), timeout=180
+    )
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     run = read_run(s3_server, bucket, f"faulty-{stage}")
     _check(run["manifest"], run["results"], run["failures"], stage)
@@ -70,7 +77,9 @@ def test_a_run_whose_planning_fails_is_recorded_failed(tmp_path):
     prior.mkdir()
     (prior / "prior.json").write_text("{}")  # not a prior model: loading it fails
     env = fleet_env(None, None, None, PRISM_DOC_PRIOR=str(prior))
-    done = prism_cli(["run", "--results", str(tmp_path / "results"), "--run-id", "bad-prior"], env, tmp_path)
+    done = prism_cli(
+        ["run", str(ROWS_SAMPLE), "--results", str(tmp_path / "results"), "--run-id", "bad-prior"], env, tmp_path
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
@@ -82,7 +91,9 @@ def test_llm_faults_end_in_one_outcome_per_query(fault, tmp_path, fresh_simulato
     fresh_simulator.config.fault_rates = {fault: 1.0}
     env = fleet_env(None, None, fresh_simulator.url, PRISM_CHUNK_RANKER="llm", PRISM_CACHE="false")
     results = tmp_path / "results"
-    done = prism_cli(["run", "--results", str(results), "--run-id", "llm-faults"], env, tmp_path, timeout=180)
+    done = prism_cli(
+        ["run", str(ROWS_SAMPLE), "--results", str(results), "--run-id", "llm-faults"], env, tmp_path, timeout=180
+    )
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     base = results / "runs" / "llm-faults"
     manifest = json.loads((base / "manifest.json").read_text())
@@ -133,7 +144,7 @@ def test_a_killed_producer_leaves_a_run_the_next_status_calls_interrupted(tmp_pa
 def test_failed_jobs_end_the_run_with_failures_and_resume_failed_runs_them_again(tmp_path):
     results = tmp_path / "results"
     base = results / "runs" / "night"
-    run = ["run", "--results", str(results), "--run-id", "night"]
+    run = ["run", str(ROWS_SAMPLE), "--results", str(results), "--run-id", "night"]
     broken = prism_cli(run, fleet_env(None, None, None, PRISM_FAULT_AT="aggregate"), tmp_path, timeout=120)
     assert broken.returncode == 3, broken.stderr[-2000:]
     assert json.loads((base / "manifest.json").read_text())["status"] == "complete_with_failures"
