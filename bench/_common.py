@@ -20,7 +20,7 @@ PAGES = SHARED / "financebench" / "financebench_page_ranking.jsonl.gz"
 
 from prism.datasets import load_queries as load  # noqa: E402, F401 - for the benchmarks, after the path is set
 
-# `prism run` and `prism resume` exit with the run's status (producer.runs.EXIT_CODES): these end a
+# `prism run` and `prism resume` exit with the run's status (prism.models.EXIT_CODES): these end a
 # run, with every job's outcome stored; any other code is a crash of the benchmark's run.
 ENDED = {0: "complete", 3: "complete_with_failures"}
 

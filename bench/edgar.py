@@ -38,6 +38,7 @@ from typing import Any
 
 from _common import SHARED, ended, parser, report
 
+from prism.ingest.accession import accession_of
 from prism.questions import company_key
 from producer.ingest import ingest_source
 from workers.corpus import Corpus
@@ -49,7 +50,16 @@ TRUTH = EDGAR / "truth.jsonl"
 QUESTIONS = EDGAR / "questions.jsonl"
 HTML = (".html", ".htm")
 FLEET_REDIS_DB = 9  # a DB no other benchmark or the tests use: it is flushed
-KEYS = ("pages_exact", "documents_exact", "meta_company", "meta_form", "meta_period", "filing_top1", "evidence_ndcg5")
+KEYS = (
+    "pages_exact",
+    "documents_exact",
+    "meta_company",
+    "meta_form",
+    "meta_period",
+    "accession_exact",
+    "filing_top1",
+    "evidence_ndcg5",
+)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -116,6 +126,17 @@ def _failure(corpus: Corpus, name: str) -> str:
         if str(source).endswith(name) or str(key).endswith(name):
             return f"ingest failed: {getattr(failure, 'reason', '?')}"
     return "not in the corpus and no failure recorded"
+
+
+def accession_exact(filings: dict[str, Any], truths: list[dict]) -> float:
+    """The share of the filings that state an accession number (their repository path names it:
+    SOURCE.md) whose identity holds that number."""
+    stated = [(Path(t["file"]).stem, accession_of(t["file"])) for t in truths if accession_of(t["file"])]
+    found = [getattr(getattr(filings.get(fid), "meta", None), "accession", None) == number for fid, number in stated]
+    for (fid, number), ok in zip(stated, found, strict=True):
+        if not ok:
+            print(f"accession miss: {fid} wants {number}", flush=True)
+    return sum(found) / len(found) if found else 0.0
 
 
 def check_filings(corpus: Corpus, truths: list[dict]) -> tuple[dict[str, float], dict[str, Any]]:
@@ -446,6 +467,7 @@ def main() -> None:
             meta_company=shares["company"],
             meta_form=shares["form"],
             meta_period=shares["period"],
+            accession_exact=accession_exact(filings, truths),
             filing_top1=m.get("filing_top1"),
             evidence_recall5=m.get("evidence_recall@5"),
             evidence_ndcg5=m.get("evidence_ndcg@5"),

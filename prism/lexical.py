@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -57,21 +57,39 @@ def _words(text: str) -> set[str]:
 EXCERPT_CHARS = 300  # an evidence row's passage
 
 
-def cite(question: str, chunk: Chunk) -> Cited:
-    """A ranked chunk's place in its filing and its passage that answers the question best."""
+def cite(question: str, chunk: Chunk, offset: int = 0) -> Cited:
+    """A ranked chunk's place in its filing and its passage that answers the question best, with
+    where that passage is: its offsets in the page's text (the chunk starts at ``offset`` there),
+    or in the chunk's own text for a chunk without a page."""
     fields = chunk.model_dump(include={"page", "printed_page", "document", "section", "heading"})
-    return Cited(chunk_id=chunk.id, excerpt=passage(question, chunk.text, EXCERPT_CHARS), **fields)
+    found = passage_span(question, chunk.text, EXCERPT_CHARS)
+    return Cited(chunk_id=chunk.id, excerpt=found.text, start=offset + found.start, end=offset + found.end, **fields)
+
+
+class Passage(NamedTuple):
+    text: str  # whitespace collapsed, at most the limit
+    start: int  # where it is in the text it was taken from
+    end: int
+
+
+_PIECE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def passage(question: str, text: str, limit: int) -> str:
+    return passage_span(question, text, limit).text
+
+
+def passage_span(question: str, text: str, limit: int) -> Passage:
     """The part of a chunk that answers the question best, in at most ``limit`` characters: the
     sentence or line sharing the question's words (the rarer in the chunk, the more), with its
-    neighbours while they fit (the whole text when it fits). What an analyst reads first,
-    instead of a page's header; cheap enough for every row of a large table."""
+    neighbours while they fit (the whole text when it fits), and where it lies in ``text``. What an
+    analyst reads first, instead of a page's header; cheap enough for every row of a large table."""
     flat = " ".join(text.split())
     if len(flat) <= limit:
-        return flat
-    pieces = [" ".join(p.split()) for p in re.split(r"(?<=[.!?])\s+|\n+", text) if p.strip()]
+        stripped = len(text) - len(text.lstrip())
+        return Passage(flat, stripped, len(text.rstrip()))
+    spans = _pieces(text)
+    pieces = [" ".join(text[a:b].split()) for a, b in spans]
     asked = _words(question) - _FILLER
     held = [_words(p) & asked for p in pieces]
     rarity = Counter(w for words in held for w in words)  # a word in every piece says little
@@ -87,7 +105,36 @@ def passage(question: str, text: str, limit: int) -> str:
             size += 1 + len(pieces[lo])
         else:
             break
-    return " ".join(pieces[lo : hi + 1])[:limit]
+    found = " ".join(pieces[lo : hi + 1])[:limit]
+    return Passage(found, spans[lo][0], _raw_end(text, spans[lo][0], spans[hi][1], len(found)))
+
+
+def _pieces(text: str) -> list[tuple[int, int]]:
+    """The sentences and lines of a text, as (start, end) offsets, without their whitespace."""
+    spans, at = [], 0
+    for cut in [*_PIECE_END.finditer(text), None]:
+        end = cut.start() if cut else len(text)
+        piece = text[at:end]
+        if piece.strip():
+            lead = len(piece) - len(piece.lstrip())
+            spans.append((at + lead, at + len(piece.rstrip())))
+        at = cut.end() if cut else len(text)
+    return spans
+
+
+def _raw_end(text: str, start: int, end: int, length: int) -> int:
+    """Where, in ``text`` from ``start``, the first ``length`` characters of its whitespace-collapsed
+    form end (at most ``end``): a passage cut at the limit is marked as far as it reads."""
+    count, gap = 0, False
+    for i in range(start, end):
+        if text[i].isspace():
+            gap = True
+            continue
+        count += 1 if not gap else 2
+        gap = False
+        if count >= length:
+            return i + 1
+    return end
 
 
 class LexicalRanker:

@@ -314,6 +314,10 @@ class Cited(BaseModel):
     section: int | None = None
     heading: str | None = None
     excerpt: str
+    # Where the excerpt is: its offsets in the page's text (Filing.page_texts), or in the chunk's own
+    # text for a chunk without a page; None in results from before they were kept.
+    start: int | None = None
+    end: int | None = None
 
 
 class JobResult(BaseModel):
@@ -348,6 +352,18 @@ class PlannedPair(BaseModel):
     reused: str | None = None  # the key of the result it reuses there (its outcome, by reference)
 
 
+class Considered(BaseModel):
+    """A filing in a question's scope as planning scored it: its score's parts, and whether it
+    was one of those ranked."""
+
+    filing: str
+    score: float
+    period_fit: float
+    form_score: float
+    recency: float
+    ranked: bool
+
+
 class QuestionPlan(BaseModel):
     """What planning made of one question of a set: its forms, period and filings, the pairs
     ranked for it, and, for a `--new` run, how it stands against the earlier run."""
@@ -363,6 +379,7 @@ class QuestionPlan(BaseModel):
     forms_ranked_by: str = ""
     documents: Literal["done", "reused"] | None = None  # the question's document job, when it had one
     pairs: list[PlannedPair] = []
+    considered: list[Considered] = []  # the best filings in its scope, scored
     pool: str = ""  # digest of the filings (and versions) in its scope: what `--new` compares
     since: Literal["unchanged", "new_question", "changed_question", "changed_filings"] | None = None
     error: str | None = None  # what ended it in planning (no filing in scope, an error)
@@ -409,11 +426,33 @@ class Spent(BaseModel):
     calls: list[CallRecord]
 
 
+# What `prism run` and `prism resume` exit with, by the run's status, so a scheduler knows the
+# night; and what each status means, said where a run is shown.
+EXIT_CODES = {
+    "complete": 0,
+    "failed": 1,
+    "complete_with_failures": 3,
+    "budget_exhausted": 4,
+    "incomplete": 5,
+    "interrupted": 6,
+}
+STATUS_MEANING = {
+    "planning": "the producer is planning the run",
+    "running": "its jobs are on the fleet",
+    "complete": "every job has a result",
+    "complete_with_failures": "every job ended; some failed, or some input lines were invalid",
+    "failed": "no query got a result, or planning failed",
+    "budget_exhausted": "the budget stopped jobs: `prism resume RUN_ID --budget-usd X` goes on",
+    "incomplete": "jobs were still pending when the wait ended",
+    "interrupted": "the producer stopped before the end: `prism resume RUN_ID` goes on",
+}
+
+
 class RunManifest(BaseModel):
     run_id: str
     # planning -> running -> complete | complete_with_failures (some jobs or input lines failed) |
     # incomplete | budget_exhausted | failed (planning failed, or every query did); interrupted: its
-    # producer died before the run could end. The exit code of each: producer.runs.EXIT_CODES.
+    # producer died before the run could end. The exit code of each: EXIT_CODES.
     status: Literal[
         "planning",
         "running",

@@ -199,11 +199,14 @@ AUTO_MAX = 3
 
 @dataclass(frozen=True)
 class Choice:
+    """A filing in a question's scope, scored: 2 x its period fit + its form's score + recency."""
+
     filing_id: str
     score: float
     period_fit: float
     form_score: float
     reason: str
+    recency: float = 0.0  # its part of the score
 
 
 def choose_filings(
@@ -213,10 +216,25 @@ def choose_filings(
     top_f: FilingsPerQuestion = 1,
     form_types: Sequence[str] = (),
 ) -> list[Choice]:
-    """The best ``top_f`` filings: by period fit, then the filing type's score from document
-    ranking (scaled to 0..1 over the types), then recency; ``"auto"``: the best and the next
-    ones (up to AUTO_MAX) scored within AUTO_MARGIN of it. ``form_types`` restricts the types;
-    a named period leaves out filings that do not report it (none left: an empty list)."""
+    """The best ``top_f`` filings of score_filings; ``"auto"``: the best and the next ones (up to
+    AUTO_MAX) scored within AUTO_MARGIN of it."""
+    scored = score_filings(period, form_scores, filings, form_types)
+    if not scored:
+        return []
+    if top_f == "auto":
+        return [c for c in scored[:AUTO_MAX] if c.score >= scored[0].score - AUTO_MARGIN]
+    return scored[:top_f]
+
+
+def score_filings(
+    period: Period,
+    form_scores: Mapping[str, float],
+    filings: Sequence[tuple[str, FilingMeta]],
+    form_types: Sequence[str] = (),
+) -> list[Choice]:
+    """The filings in scope, best first: by period fit, then the filing type's score from
+    document ranking (scaled to 0..1 over the types), then recency. ``form_types`` restricts the
+    types; a named period leaves out filings that do not report it (none left: an empty list)."""
     pool = [(fid, meta) for fid, meta in filings if not form_types or meta.form_type in form_types]
     if period.year is not None:  # a period named: only filings that report it are in scope
         pool = [(fid, meta) for fid, meta in pool if period_fit(period, meta) > 0]
@@ -234,11 +252,9 @@ def choose_filings(
     scored = []
     for fid, meta in pool:
         fit, kind = period_fit(period, meta), form(meta)
-        recency = rank_of[_recency(meta)] / max(len(order) - 1, 1)
-        score = 2.0 * fit + kind + (0.5 if period.latest else 0.01) * recency
+        recency = (0.5 if period.latest else 0.01) * rank_of[_recency(meta)] / max(len(order) - 1, 1)
+        score = 2.0 * fit + kind + recency
         reason = f"period {period.label()} fit {fit:.1f}, {meta.form_type or 'unknown form'} score {kind:.2f}"
-        scored.append(Choice(fid, round(score, 4), fit, round(kind, 4), reason))
+        scored.append(Choice(fid, round(score, 4), fit, round(kind, 4), reason, round(recency, 4)))
     scored.sort(key=lambda c: (-c.score, c.filing_id))
-    if top_f == "auto":
-        return [c for c in scored[:AUTO_MAX] if c.score >= scored[0].score - AUTO_MARGIN]
-    return scored[:top_f]
+    return scored

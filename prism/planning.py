@@ -13,10 +13,11 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from prism.ingest.models import CorpusManifest, FilingMeta
 from prism.models import RunConfig
-from prism.periods import Choice, Period, choose_filings, resolve_period
+from prism.periods import Choice, Period, choose_filings, resolve_period, score_filings
 from prism.questions import Question, cik_number, company_key, company_words
 
 NO_FILING = "no filing in scope"
@@ -117,6 +118,15 @@ def in_scope(question: Question, view: CorpusView) -> InScope:
     return InScope(view.pool(question.scope.company), resolve_period(question.question, question.scope.period))
 
 
+class Chosen(NamedTuple):
+    choices: list[Choice]  # the filings the question is ranked in, best first
+    considered: list[Choice]  # the best of those in scope, scored, ranked or not
+    error: str | None  # why there is none
+
+
+CONSIDERED = 10  # filings of a scope a plan keeps with their scores (the viewer shows them)
+
+
 def choose(
     question: Question,
     scoped: InScope,
@@ -124,14 +134,16 @@ def choose(
     config: RunConfig,
     view: CorpusView,
     corpus: str,
-) -> tuple[list[Choice], str | None]:
+) -> Chosen:
     """The filings the question is ranked in (best first), or why there is none."""
-    choices = []
+    choices: list[Choice] = []
+    considered: list[Choice] = []
     if scoped.pool:
-        choices = choose_filings(
-            scoped.period, form_scores, scoped.pool, config.filings_per_question, question.scope.form_types
-        )
-    return choices, None if choices else no_filing(question, scoped.period.label(), view, corpus)
+        forms = question.scope.form_types
+        choices = choose_filings(scoped.period, form_scores, scoped.pool, config.filings_per_question, forms)
+        considered = score_filings(scoped.period, form_scores, scoped.pool, forms)[:CONSIDERED]
+    error = None if choices else no_filing(question, scoped.period.label(), view, corpus)
+    return Chosen(choices, considered, error)
 
 
 def no_filing(question: Question, period: str, view: CorpusView, corpus: str) -> str:

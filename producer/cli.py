@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from producer.commands import corpus, estimate, models, report, run
+from producer.commands import corpus, estimate, models, report, run, view
 from producer.commands.common import console
 from producer.spec import RunError
 from workers.settings import SettingsProblem
@@ -30,6 +30,7 @@ app.command()(corpus.sample)
 app.command()(report.status)
 app.command()(report.report)
 app.command(name="eval")(report.evaluate)
+app.command()(view.view)
 app.command()(models.exporter)
 app.add_typer(corpus.corpus_app, name="corpus")
 app.add_typer(models.prior_app, name="prior")

@@ -68,7 +68,7 @@ def plan_question(
     prior. As there, a scope with no filing pays for no document ranking."""
     scoped = in_scope(question, view)
     scores = prior.form_scores(question.question) if scoped.pool else {}
-    choices, error = choose(question, scoped, scores, config, view, corpus)
+    choices, _, error = choose(question, scoped, scores, config, view, corpus)
     by_llm = bool(scoped.pool) and asks_llm(config, prior, question.question)
     return PlannedQuestion(question, scoped.period.label(), choices, by_llm, error)
 

@@ -144,7 +144,9 @@ class _Reading:
                 key = (pair["filing"], pair["version"])
                 if key not in self.filings:
                     self.filings[key] = self.corpus.get_filing(*key)
-                cited = [cite(q["question"], self.filings[key].chunks[i]) for i in result.ranking.indices]
+                filing = self.filings[key]
+                offsets = filing.page_offsets()
+                cited = [cite(q["question"], filing.chunks[i], offsets.get(i, 0)) for i in result.ranking.indices]
             scores = result.ranking.scores or []
             answer = (result.ranking.details or {}).get("answer") or ""
             for position, chunk in enumerate(cited):
@@ -175,6 +177,12 @@ def _row(q: dict, rank: int, score: float, entry: Found, reading: _Reading) -> d
         "grade": None,
         "excerpt": chunk.excerpt,
         "answer": entry.answer,
+        # beyond the table's columns, for the viewer: the filing's identity and where the excerpt is
+        "cik": meta.cik or "",
+        "accession": meta.accession or "",
+        "version": entry.pair.get("version", ""),
+        "start": chunk.start,
+        "end": chunk.end,
     }
 
 
@@ -230,7 +238,7 @@ def write(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
 
     rows, metrics = evidence_rows(state, corpus)
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=COLUMNS)
+    writer = csv.DictWriter(text, fieldnames=COLUMNS, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in SCHEMA])

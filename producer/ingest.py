@@ -19,6 +19,7 @@ from celery import Celery
 from celery.result import ResultSet
 
 from prism.ingest.filings import filing_id_of, source_kind
+from prism.ingest.identity import IDENTITY_FORMAT
 from prism.ingest.models import Chunking, CorpusManifest
 from prism.options import RunOptions
 from prism.segmenting import TokenCounter
@@ -94,7 +95,7 @@ def ingest_source(
     given = (str(meta), Path(meta).read_bytes()) if meta is not None else None
     walk = Walk(corpus, summary, given)
     manifest = corpus.manifest()
-    settled = _digest([chunking.model_dump(), hashlib.sha256(given[1]).hexdigest() if given else None])
+    settled = _digest([chunking.model_dump(), hashlib.sha256(given[1]).hexdigest() if given else None, IDENTITY_FORMAT])
     items = _to_read(accessions(list(walk.sources(source))), manifest, settled, corpus, summary)
     local = Local(corpus, chunking, counter, walk.index, segment_tokens)
     for part in (dispatch or local)(items):

@@ -39,6 +39,7 @@ def write(
     text = markdown(manifest, cost, metrics, state)
     if estimate is not None:
         text += estimate_markdown(estimate, manifest, state)
+        files.put_json("estimate.json", {"error": estimate} if isinstance(estimate, str) else estimate.model_dump())
     if found is not None:
         text += evidence.markdown(*found)
     text += "\n" + analysis.markdown(runs, None)

@@ -45,15 +45,6 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
 FINISHED = ("complete", "complete_with_failures", "incomplete", "budget_exhausted", "failed", "interrupted")
 ENDED = ("complete", "complete_with_failures")  # every job has its outcome: a `--new` run may start from it
-# What `prism run` and `prism resume` exit with, by the run's status, so a scheduler knows the night.
-EXIT_CODES = {
-    "complete": 0,
-    "failed": 1,
-    "complete_with_failures": 3,
-    "budget_exhausted": 4,
-    "incomplete": 5,
-    "interrupted": 6,
-}
 
 
 def new_run_id() -> str:

@@ -22,7 +22,7 @@ from celery import shared_task
 from prism.hybrid import dense_scorer
 from prism.ingest.models import Chunking
 from prism.llm import BudgetExhausted, Gateway, recording
-from prism.models import FILING_TYPES, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, job_id
+from prism.models import FILING_TYPES, Considered, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, job_id
 from prism.periods import Choice
 from prism.planning import CorpusView, choose, in_scope, pair_id, pair_job_id
 from prism.questions import Question
@@ -72,12 +72,28 @@ def plan_question(self: PlanTask, message: dict) -> None:
         if forms is None:
             return  # its document job is on the fleet and plans the question again when it is done
         scores, plan.forms_ranked_by, plan.documents = forms
-    choices, plan.error = choose(job.question, scoped, scores, job.config, view, job.corpus)
+    choices, considered, plan.error = choose(job.question, scoped, scores, job.config, view, job.corpus)
+    plan.considered = _considered(considered, choices)
     if plan.error is not None and not ledger.has_outcome(job):
         ledger.failure(job, plan.error, self.paid(job))
     plan.pairs = [_pair(rt, ledger, job, rank, choice, view) for rank, choice in enumerate(choices, start=1)]
     ledger.planned(job, plan, plan.outcomes)
     log.info("question planned", filings=[p.filing for p in plan.pairs], states=[p.state for p in plan.pairs])
+
+
+def _considered(considered: list[Choice], choices: list[Choice]) -> list[Considered]:
+    ranked = {c.filing_id for c in choices}
+    return [
+        Considered(
+            filing=c.filing_id,
+            score=c.score,
+            period_fit=c.period_fit,
+            form_score=c.form_score,
+            recency=c.recency,
+            ranked=c.filing_id in ranked,
+        )
+        for c in considered
+    ]
 
 
 def _view(rt: Runtime, uri: str) -> CorpusView:
@@ -193,6 +209,7 @@ class Earlier:
             update = {"state": "reused", "since": RunLayout.run_of(origin), "reused": origin, "segments": 0}
             plan.pairs.append(p.model_copy(update=update))
         plan.period, plan.forms_ranked_by = before.get("period", ""), before.get("forms_ranked_by", "")
+        plan.considered = [Considered.model_validate(c) for c in before.get("considered", [])]
         return True
 
 

@@ -61,11 +61,14 @@ class Corpus:
             return None
 
     def put_filing(self, filing: Filing) -> Outcome:
-        """Store a filing version once: "unchanged" when it is already the latest (nothing
-        written), "new_version" when the filing had another latest, else "ingested"."""
+        """Store a filing version once: "unchanged" when it is already the latest (its identity
+        brought up to date when it was read anew), "new_version" when the filing had another
+        latest, else "ingested"."""
         head = self.head(filing.id)
         key = self.filing_key(filing.id, filing.version)
         if head and head.latest == filing.version and self.store.exists(key):
+            if head.meta != filing.meta:  # read the same, identified better (an accession found, say)
+                put_model(self.store, self.head_key(filing.id), head.model_copy(update={"meta": filing.meta}))
             return "unchanged"
         body = gzip.compress(filing.model_dump_json().encode(), compresslevel=6, mtime=0)
         self.store.put(key, body, if_absent=True)
@@ -119,12 +122,7 @@ class Corpus:
         for source, entry in summary.done_sources.items():
             manifest.failures.pop(source, None)
             manifest.sources[source] = entry
-        for fid, version in summary.filings.items():
-            known = manifest.filings.get(fid)
-            if known is None or known.latest != version:
-                head = self.head(fid)
-                if head is not None:
-                    manifest.filings[fid] = head
+        manifest.filings.update(summary.heads)  # as each filing's ingest left it: no head is read here
         manifest.filings = dict(sorted(manifest.filings.items()))
         manifest.failures = dict(sorted(manifest.failures.items()))
         manifest.sources = dict(sorted(manifest.sources.items()))
@@ -172,6 +170,7 @@ class IngestSummary(BaseModel):
     seconds: float = 0.0
     skipped: int = 0  # sources whose fingerprint had not changed: not read, no task sent
     filings: dict[str, str] = {}  # filing id -> its latest version
+    heads: dict[str, FilingEntry] = {}  # the heads of the filings read (their versions and identity), for the manifest
     questions: dict[str, str] = {}  # query id of a benchmark row -> the filing it ranks over
     failures: list[str] = []  # "source: reason"
     unsupported: list[str] = []  # files of a folder that are no filing nor metadata: not read
@@ -199,6 +198,7 @@ class IngestSummary(BaseModel):
         self.chunks += other.chunks
         self.tokens += other.tokens
         self.filings.update(other.filings)
+        self.heads.update(other.heads)
         self.questions.update(other.questions)
         self.failures.extend(other.failures)
         self.failed_sources.update(other.failed_sources)

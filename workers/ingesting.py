@@ -98,6 +98,7 @@ def count_filing(corpus: Corpus, summary: IngestSummary, outcome: Outcome, filin
     assert head is not None  # just stored or found unchanged
     summary.count(outcome, next(v for v in head.versions if v.version == head.latest))
     summary.filings[filing_id] = head.latest
+    summary.heads[filing_id] = head
 
 
 def _ingest_rows(

@@ -8,6 +8,7 @@ outcomes beside them): what the producer planned, what the run is, and what it c
     questions-enqueued.jsonl    the questions the producer enqueued, in input order
     questions.jsonl             each question's plan, gathered once the run ends
     cost.json, summary.json, metrics.json, evidence_metrics.json, failures.jsonl, pending.jsonl
+    estimate.json               what `prism estimate` says of the run's plans (or why it cannot)
     report.md and its plots, evidence.csv and evidence.parquet
 """
 
@@ -74,8 +75,8 @@ class RunFiles:
     # -- what it came to ------------------------------------------------------------------------
 
     def put_json(self, name: str, value: dict) -> None:
-        """cost.json, summary.json, metrics.json or evidence_metrics.json."""
-        assert name in ("cost.json", "summary.json", "metrics.json", "evidence_metrics.json"), name
+        """cost.json, summary.json, metrics.json, evidence_metrics.json or estimate.json."""
+        assert name in ("cost.json", "summary.json", "metrics.json", "evidence_metrics.json", "estimate.json"), name
         self.store.put(self.layout.file(name), json.dumps(value, indent=1).encode())
 
     def json(self, name: str) -> dict:

@@ -193,7 +193,8 @@ class Runtime:
         _, filing = self._input(job)
         if filing is None or job.question is None:
             return []
-        return [cite(job.question, filing.chunks[i]) for i in indices]
+        offsets = filing.page_offsets()
+        return [cite(job.question, filing.chunks[i], offsets.get(i, 0)) for i in indices]
 
     def _input(self, job: ChunkJob) -> tuple[ChunkInput, Filing | None]:
         self.checkpoint("input")

@@ -143,6 +143,11 @@ class Settings(BaseSettings, RunOptions):
     icl_chunks: int = option(0, "in-context examples per chunk prompt", commands=PLANNING, ge=0)
     icl_index: str | None = option(None, "the example store (prism icl build): a folder or s3:// prefix")
 
+    # EDGAR
+    edgar_url: str = option(
+        "https://www.sec.gov", "EDGAR's base URL: the viewer's links to filings, and where prism fetch reads (a mirror)"
+    )
+
     # the fleet
     embedded_workers: int = option(2, "worker threads of an embedded run", ge=1)
     visibility_timeout_s: int = option(

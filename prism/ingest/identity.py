@@ -17,9 +17,13 @@ import re
 from datetime import date, datetime
 from typing import Any
 
+from prism.ingest.accession import ACCESSION, accession_of
 from prism.ingest.meta import form_type
 from prism.ingest.models import GUESSED_ORIGINS, FilingMeta, MetaField, MetaOrigin
 
+# Bumped when identity reads more from a filing (2: the accession number): each file is read once
+# more, its filing found unchanged by content and its identity brought up to date, at no new version.
+IDENTITY_FORMAT = 2
 HEAD_CHARS = 8000  # the cover page: where the form, the period and the registrant are written
 _MONTH_DATE = r"([A-Z][a-z]{2,8}\.?\s+\d{1,2}\s*,?\s*\d{4})"
 _COVER_FORM = re.compile(r"^\s*FORM\s+([0-9A-Z]{1,4}-[0-9A-Z]{1,4}(?:/A)?|10-K\S*|10-Q\S*|DEF\s?14A)\s*$", re.M | re.I)
@@ -58,6 +62,7 @@ def identify(
     found: dict[str, Any] = {}
     sources: list[tuple[MetaOrigin, dict[str, Any]]] = [
         ("sgml-header", _from_header(header or {})),
+        ("path", {"accession": accession_of(given.source_uri)}),
         ("dei", _from_facts(facts or {})),
         ("cover", _from_cover(cover[:HEAD_CHARS])),
         ("file-name", _from_name(name)),
@@ -75,7 +80,7 @@ def identify(
     return given.model_copy(update={**found, "origins": origins, "guessed": guessed})
 
 
-_FIELDS = ("company", "form_type", "fiscal_year", "fiscal_quarter", "period_end", "cik", "ticker", "filed")
+_FIELDS = ("company", "form_type", "fiscal_year", "fiscal_quarter", "period_end", "cik", "ticker", "filed", "accession")
 
 
 def _from_header(header: dict[str, str]) -> dict[str, Any]:
@@ -86,6 +91,7 @@ def _from_header(header: dict[str, str]) -> dict[str, Any]:
         "form_type": form_type(form) if form else None,
         "period_end": _compact_date(header.get("CONFORMED PERIOD OF REPORT")),
         "filed": _compact_date(header.get("FILED AS OF DATE")),
+        "accession": _accession(header.get("ACCESSION NUMBER")),
     }
 
 
@@ -146,6 +152,11 @@ def _clean_name(value: str | None) -> str | None:
 def _cik(value: str | None) -> str | None:
     digits = (value or "").strip()
     return digits.zfill(10) if digits.isdigit() and 0 < len(digits) <= 10 else None
+
+
+def _accession(value: str | None) -> str | None:
+    found = ACCESSION.fullmatch((value or "").strip())
+    return found.group(1) if found else None
 
 
 def _compact_date(value: str | None) -> date | None:

@@ -27,6 +27,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "cik": ("cik",),
     "ticker": ("ticker",),
     "filed": ("filed", "filing_date"),
+    "accession": ("accession", "accession_number"),
 }
 ID_KEYS = ("filing_id", "id")
 MATCH_KEYS = ("file", "doc_name", "name", "id", "filing_id")

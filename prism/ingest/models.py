@@ -17,9 +17,12 @@ ChunkFlag = Literal["empty", "split"]
 # come from the file name or the text, not from a metadata file (FilingMeta.guessed says which).
 FilingFlag = Literal["empty_pages", "guessed_metadata", "decoded_cp1252"]
 # The metadata fields a filing can have guessed.
-MetaField = Literal["company", "form_type", "fiscal_year", "fiscal_quarter", "period_end", "cik", "ticker", "filed"]
+MetaField = Literal[
+    "company", "form_type", "fiscal_year", "fiscal_quarter", "period_end", "cik", "ticker", "filed", "accession"
+]
 # Where a metadata field came from, most trusted first; "cover" and "file-name" are guesses.
-MetaOrigin = Literal["metadata", "sgml-header", "dei", "cover", "file-name"]
+# path: an accession number in the file's or its folder's name, as EDGAR names them (not a guess)
+MetaOrigin = Literal["metadata", "sgml-header", "dei", "cover", "file-name", "path"]
 GUESSED_ORIGINS: frozenset[str] = frozenset({"cover", "file-name"})
 # html, text, pdf: read into pages; the rest are kept out of the text and listed as skipped.
 DocumentKind = Literal["html", "text", "pdf", "xbrl-xml", "binary", "other"]
@@ -42,7 +45,8 @@ class FilingMeta(BaseModel):
     period_end: date | None = None  # the period reported on; an 8-K's event date
     cik: str | None = None  # SEC Central Index Key, ten digits with leading zeros
     ticker: str | None = None
-    filed: date | None = None
+    filed: date | None = None  # the date EDGAR accepted it
+    accession: str | None = None  # EDGAR's accession number, 0001234567-24-000123
     source_uri: str
     name: str | None = None  # the filing's own name (file stem, FinanceBench doc_name)
     guessed: list[MetaField] = []  # fields taken from the cover page or the file name, not given or declared
@@ -98,6 +102,27 @@ class Filing(BaseModel):
     @property
     def pages(self) -> int:
         return max((c.page for c in self.chunks if c.page is not None), default=0)
+
+    def page_texts(self) -> dict[int, str]:
+        """Each physical page's text as the rankers read it: its chunks, in order."""
+        texts: dict[int, list[str]] = {}
+        for chunk in self.chunks:
+            if chunk.page is not None:
+                texts.setdefault(chunk.page, []).append(chunk.text)
+        return {page: PAGE_JOIN.join(parts) for page, parts in texts.items()}
+
+    def page_offsets(self) -> dict[int, int]:
+        """Where each paged chunk's text starts in its page's text, by the chunk's index."""
+        offsets: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        for chunk in self.chunks:
+            if chunk.page is not None:
+                offsets[chunk.index] = ends[chunk.page] + len(PAGE_JOIN) if chunk.page in ends else 0
+                ends[chunk.page] = offsets[chunk.index] + len(chunk.text)
+        return offsets
+
+
+PAGE_JOIN = "\n\n"  # between a page's chunks in its text
 
 
 # Bumped when extraction or chunking changes what a source gives, so every filing gets a new version.

@@ -47,7 +47,7 @@ def open_runs(settings: Settings) -> Runs:
 
 def finish(end: RunEnd, wait: bool) -> None:
     """Print the run id (not waiting) or the summary, and exit with the run's status code."""
-    from producer.runs import EXIT_CODES
+    from prism.models import EXIT_CODES
 
     if not wait:
         typer.echo(end.manifest.run_id)

@@ -110,7 +110,7 @@ def sample(
 @corpus_app.command("ls")
 def corpus_ls(corpus: CorpusArg) -> None:
     """Every filing of a corpus: the id a question's qrels name, with its company, CIK, form,
-    period, pages and documents, and the identity fields that were guessed."""
+    period, filing date, accession number and pages, and the identity fields that were guessed."""
     from workers.corpus import Corpus
     from workers.store import open_store
 
@@ -119,13 +119,14 @@ def corpus_ls(corpus: CorpusArg) -> None:
     if not manifest.filings:
         raise RunError(f"--corpus {corpus}: no filings there")
     # one tab-separated line a filing, whole ids: for reading and for scripts alike
-    typer.echo("\t".join(("filing", "company", "cik", "form", "period", "pages", "guessed")))
+    typer.echo("\t".join(("filing", "company", "cik", "form", "period", "filed", "accession", "pages", "guessed")))
     for fid, entry in manifest.filings.items():
         meta = entry.meta
         latest = next(v for v in entry.versions if v.version == entry.latest)
         period = str(meta.period_end) if meta.period_end else (f"FY{meta.fiscal_year}" if meta.fiscal_year else "")
-        row = (fid, meta.company or "", meta.cik or "", meta.form_type or "", period, str(latest.pages))
-        typer.echo("\t".join((*row, ",".join(meta.guessed))))
+        filed = str(meta.filed) if meta.filed else ""
+        row = (fid, meta.company or "", meta.cik or "", meta.form_type or "", period, filed, meta.accession or "")
+        typer.echo("\t".join((*row, str(latest.pages), ",".join(meta.guessed))))
     console.print(f"{len(manifest.filings)} filings in {corpus}")
     if manifest.failures:
         console.print(f"{len(manifest.failures)} sources gave no filing (the manifest's failures say why)")

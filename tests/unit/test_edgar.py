@@ -8,6 +8,7 @@ from datetime import date
 
 import pytest
 
+from prism.ingest.accession import ACCESSION
 from prism.ingest.extract import IngestError
 from prism.ingest.filings import parse_filing
 from prism.ingest.models import Chunking
@@ -139,6 +140,20 @@ def test_a_submissions_exhibit_pages_continue_after_the_form():
     assert filing.meta.company == "CVR ENERGY INC" and filing.meta.cik == "0001376139"
     assert filing.meta.origins["company"] == "sgml-header" and filing.meta.filed == date(2025, 1, 10)
     assert "company" not in filing.meta.guessed
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_the_accession_number_is_read_from_the_sec_header_or_the_path(name):
+    """As EDGAR names a submission (its file or folder), or as its SEC header states it; a filing
+    that states none has none (nothing is made up)."""
+    filing = parse_filing((EDGAR / name).read_bytes(), name, counter=COUNTER)
+    named = ACCESSION.findall(name)
+    assert filing.meta.accession == (named[-1] if named else None)
+    if filing.meta.accession:
+        assert filing.meta.origins["accession"] in ("sgml-header", "path") and "accession" not in filing.meta.guessed
+    header = (EDGAR / name).read_bytes()[:4000]
+    if b"ACCESSION NUMBER:" in header:
+        assert filing.meta.origins["accession"] == "sgml-header"
 
 
 def test_identity_from_dei_facts_from_the_cover_and_the_order_of_trust():

@@ -196,3 +196,27 @@ def test_the_excerpt_is_the_passage_that_answers_not_the_page_header():
     excerpt = passage("What was widget revenue in fiscal 2023?", page, 120)
     assert "Widget revenue was 55 million dollars" in excerpt and len(excerpt) <= 120
     assert passage("anything", "A short page.", 120) == "A short page."  # one that fits is whole
+
+
+def test_a_cited_passage_is_where_its_offsets_say_in_its_page():
+    """The worker keeps where it found a row's passage: its offsets in the page's text hold the
+    excerpt (whitespace as the page has it), so a viewer marks it there without searching."""
+    from pathlib import Path
+
+    from prism.ingest.filings import parse_filing
+    from prism.lexical import cite
+    from prism.segmenting import TokenCounter
+
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data" / "edgar" / "filings"
+    filing = parse_filing((shared / "nvda-10q-2025-08-27.html").read_bytes(), "nvda-10q.html", counter=TokenCounter())
+    pages, offsets = filing.page_texts(), filing.page_offsets()
+    questions = ("What were total liabilities?", "How did Data Center revenue change?", "gross margin", "risk")
+    checked = 0
+    for question in questions:
+        for chunk in filing.chunks[::7]:
+            cited = cite(question, chunk, offsets[chunk.index])
+            assert cited.start is not None and cited.end is not None and cited.start < cited.end
+            marked = " ".join(pages[chunk.page][cited.start : cited.end].split())
+            assert marked == cited.excerpt, (question, chunk.id)
+            checked += 1
+    assert checked > 40
