@@ -18,12 +18,14 @@ from typing import Any
 from celery import Celery
 from celery.result import ResultSet
 
+from prism.ingest.archives import ArchiveError
 from prism.ingest.filings import filing_id_of, source_kind
 from prism.ingest.identity import IDENTITY_FORMAT
 from prism.ingest.models import Chunking, CorpusManifest
 from prism.options import RunOptions
 from prism.segmenting import TokenCounter
-from producer.sources import Source, Walk, accessions
+from producer.archives import Filter, Listed, expand, settle
+from producer.sources import Keys, Source, Walk, accessions
 from workers.app import make_app, reach_broker
 from workers.corpus import Corpus, IngestSummary, failed_source
 from workers.embedded import embedded_worker
@@ -32,6 +34,7 @@ from workers.messages import IngestJob, TaskName
 from workers.settings import Settings
 from workers.store import Store, open_store
 
+CHECKPOINT_S = 5.0  # how often a long ingest records what it has done in the corpus manifest
 POLL_S = 0.05  # one bulk read of the result backend per poll: cheap, and a small re-ingest ends sooner
 Dispatch = Callable[[list[Source]], Iterable[IngestSummary]]
 DEFAULT_SEGMENT_TOKENS = RunOptions.model_fields["segment_tokens"].default
@@ -44,13 +47,17 @@ def ingest(
     settings: Settings,
     chunking: Chunking,
     meta: str | None = None,
+    chosen: Filter = Filter(),
     on_progress: Callable[[int, int], None] = lambda done, total: None,
     on_note: Callable[[str], None] = lambda text: None,
 ) -> IngestSummary:
     """Every filing file of ``source`` into the corpus, one fleet task per file; each filing's
     chunk input for the configured segment budget is stored with it."""
     target = open_store(corpus, settings)
-    origin = open_store(source, settings) if source.startswith("s3://") else source
+    origin: str | Keys = source
+    if source.startswith("s3://"):  # a prefix ending in '/', or one object (an archive) or folder
+        parent, _, name = source.rstrip("/").rpartition("/") if not source.endswith("/") else (source, "", "")
+        origin = Keys(open_store(parent, settings), name)
     app = make_app(settings, tasks=("tasks.ingest",))
     if not settings.embedded:
         reach_broker(app)
@@ -67,28 +74,34 @@ def ingest(
                 segment_tokens=settings.segment_tokens,
                 fingerprint=item.fingerprint,
                 exhibits=[(e.uri, e.type) for e in item.exhibits],
+                member=item.member,
             )
             for item in items
         ]
         yield from _run(app, jobs, settings.stall_s, on_progress, on_note)
 
     with embedded_worker(app, settings.embedded_workers) if settings.embedded else nullcontext():
-        return ingest_source(origin, target, chunking, meta, dispatch=dispatch, segment_tokens=settings.segment_tokens)
+        return ingest_source(
+            origin, target, chunking, meta, dispatch=dispatch, segment_tokens=settings.segment_tokens, chosen=chosen
+        )
 
 
 def ingest_source(
-    source: str | Path | Sequence[str | Path] | Store,
+    source: str | Path | Sequence[str | Path] | Store | Keys,
     store: Store,
     chunking: Chunking | None = None,
     meta: str | Path | None = None,
     counter: TokenCounter | None = None,
     dispatch: Dispatch | None = None,
     segment_tokens: int = DEFAULT_SEGMENT_TOKENS,
+    chosen: Filter = Filter(),
 ) -> IngestSummary:
     """Every filing under a folder (or a file, a list of files, or every key of a Store) into the
     corpus in ``store``; the manifest is written at the end. ``dispatch`` ingests the sources
     elsewhere (the fleet: one task per source) and gives each one's summary as it ends; without
-    it they are ingested here, one at a time."""
+    it they are ingested here, one at a time. Archives are listed here and their members sent
+    one a task, as ``chosen`` takes them. The manifest is checkpointed every CHECKPOINT_S, so an
+    ingest cut short sends only what it had not done when it is run again."""
     started = time.perf_counter()
     chunking = chunking or Chunking()
     corpus, summary = Corpus(store), IngestSummary()
@@ -96,10 +109,21 @@ def ingest_source(
     walk = Walk(corpus, summary, given)
     manifest = corpus.manifest()
     settled = _digest([chunking.model_dump(), hashlib.sha256(given[1]).hexdigest() if given else None, IDENTITY_FORMAT])
-    items = _to_read(accessions(list(walk.sources(source))), manifest, settled, corpus, summary)
+    listed: list[Listed] = []
+    reading = Reading(manifest, settled, corpus, summary, chosen, listed)
+    items = reading.to_read(accessions(list(walk.sources(source))))
     local = Local(corpus, chunking, counter, walk.index, segment_tokens)
-    for part in (dispatch or local)(items):
-        summary.merge(part)
+    checkpoint = time.monotonic()
+    try:
+        for part in (dispatch or local)(items):
+            summary.merge(part)
+            if time.monotonic() - checkpoint > CHECKPOINT_S:
+                corpus.update_manifest(manifest, summary)
+                checkpoint = time.monotonic()
+    except KeyboardInterrupt:
+        corpus.update_manifest(manifest, summary)  # what was done stays done
+        raise
+    settle(listed, summary, manifest)
     for failed in list(manifest.failures):  # a metadata file read again: what it no longer says is gone
         if _META_LINE.sub("", failed) in walk.read_meta and failed not in summary.failed_sources:
             del manifest.failures[failed]
@@ -109,25 +133,51 @@ def ingest_source(
     return summary
 
 
-def _to_read(
-    found: list[Source], manifest: CorpusManifest, settled: str, corpus: Corpus, summary: IngestSummary
-) -> list[Source]:
-    """The sources to send, with their fingerprints: not those unchanged since they were last
-    ingested (counted as such), nor a second file that would be a filing already taken (failed)."""
-    items: list[Source] = []
-    taken: dict[str, str] = {}
-    for item in found:
-        if source_kind(item.name) != "rows":  # two files that would be one filing: the second fails
-            fid = filing_id_of(item.uri, item.record)
-            if taken.setdefault(fid, item.uri) != item.uri:
-                reason = f"filing id '{fid}' is taken by {taken[fid]}; give an id in its metadata"
-                summary.merge(failed_source(corpus, item.uri, reason))
-                continue
-        fingerprint = _fingerprint(item, settled)
-        if fingerprint and _unchanged(manifest, item.uri, fingerprint, summary):
-            continue
-        items.append(replace(item, fingerprint=fingerprint))
-    return items
+@dataclass
+class Reading:
+    """Which sources an ingest sends, with their fingerprints: not those unchanged since they
+    were last ingested (counted as such), nor a second file that would be a filing already taken
+    (failed); an archive is listed (unless it is unchanged) and its members taken as sources."""
+
+    manifest: CorpusManifest
+    settled: str
+    corpus: Corpus
+    summary: IngestSummary
+    chosen: Filter
+    listed: list[Listed]
+
+    def to_read(self, found: list[Source]) -> list[Source]:
+        items: list[Source] = []
+        taken: dict[str, str] = {}
+        for item in found:
+            for source in self._sources(item):
+                if source_kind(source.name) != "rows" and not self._first(source, taken):
+                    continue
+                fingerprint = _fingerprint(source, self.settled)
+                if fingerprint and _unchanged(self.manifest, source.uri, fingerprint, self.summary):
+                    continue
+                items.append(replace(source, fingerprint=fingerprint))
+        return items
+
+    def _sources(self, item: Source) -> list[Source]:
+        """A source as itself, or an archive's members that are to be read."""
+        if item.open is None:
+            return [item]
+        fingerprint = _fingerprint(item, _digest([self.settled, self.chosen.key]))
+        if fingerprint and _unchanged(self.manifest, item.uri, fingerprint, self.summary):
+            return []
+        members, listed = expand(item, fingerprint, self.chosen, self.corpus, self.summary)
+        self.listed.append(listed)
+        return members
+
+    def _first(self, item: Source, taken: dict[str, str]) -> bool:
+        """Two files that would be one filing: the second fails."""
+        fid = filing_id_of(item.uri, item.record)
+        if taken.setdefault(fid, item.uri) == item.uri:
+            return True
+        reason = f"filing id '{fid}' is taken by {taken[fid]}; give an id in its metadata"
+        self.summary.merge(failed_source(self.corpus, item.uri, reason))
+        return False
 
 
 @dataclass
@@ -147,10 +197,13 @@ class Local:
             try:
                 data = item.read()
                 exhibits = [(e.uri, e.read(), e.type) for e in item.exhibits]
+            except ArchiveError as err:
+                yield failed_source(self.corpus, item.uri, str(err))
+                continue
             except (OSError, KeyError) as err:
                 yield failed_source(self.corpus, item.uri, f"cannot be read ({err})")
                 continue
-            yield ingest_file(
+            summary = ingest_file(
                 self.corpus,
                 item.name,
                 item.uri,
@@ -163,6 +216,8 @@ class Local:
                 fingerprint=item.fingerprint,
                 exhibits=exhibits,
             )
+            summary.opened = int(item.member is not None)
+            yield summary
 
 
 def _digest(value: Any) -> str:
@@ -191,6 +246,7 @@ def _unchanged(manifest: CorpusManifest, uri: str, fingerprint: str, summary: In
         return False
     summary.sources += 1
     summary.skipped += 1
+    summary.left_out += entry.left_out
     for head in heads:
         assert head is not None
         summary.count("unchanged", next(v for v in head.versions if v.version == head.latest))
@@ -204,29 +260,17 @@ def _run(
     quiet_s: float,
     on_progress: Callable[[int, int], None],
     on_note: Callable[[str], None],
-) -> list[IngestSummary]:
-    """Send every job, then collect each file's summary as its task ends (one bulk read of the
+) -> Iterator[IngestSummary]:
+    """Send every job, then give each file's summary as its task ends (one bulk read of the
     result backend per poll, however many are pending). Says so once when none ends for a while."""
+    if not jobs:  # nothing to wait for: Celery's Redis backend raises StopIteration on an empty set
+        return
     results = ResultSet(
         [app.send_task(TaskName.INGEST_FILE, args=[job.model_dump(mode="json")]) for job in jobs], app=app
     )
     source_of = {result.id: job.uri for result, job in zip(results.results, jobs)}
-    summaries: list[IngestSummary] = []
     on_progress(0, len(jobs))
     moved, said = time.monotonic(), False
-
-    def arrived(task_id: str, value: object) -> None:
-        nonlocal moved
-        moved = time.monotonic()
-        if isinstance(value, BaseException):  # the task base stores every failure; this is the broker's
-            failure = f"{source_of[task_id]}: {type(value).__name__}: {value}"
-            reason = f"{type(value).__name__}: {value}"
-            summaries.append(
-                IngestSummary(sources=1, failed=1, failures=[failure], failed_sources={source_of[task_id]: reason})
-            )
-        else:
-            summaries.append(IngestSummary.model_validate(value))
-        on_progress(len(summaries), len(jobs))
 
     def waiting() -> None:
         nonlocal said
@@ -236,9 +280,16 @@ def _run(
                 f"no ingest task has ended for {quiet_s:.0f} s (PRISM_STALL_S): are workers running (celery -A workers.app worker)?"
             )
 
-    # the embedded worker runs in this process: the join waits on results that are not its own subtasks
-    results.join_native(
-        propagate=False, interval=POLL_S, callback=arrived, on_interval=waiting, disable_sync_subtasks=False
-    )
+    for done, (task_id, meta) in enumerate(results.iter_native(interval=POLL_S, on_interval=waiting), start=1):
+        moved = time.monotonic()
+        yield _summary_of(source_of[task_id], meta["result"])
+        on_progress(done, len(jobs))
     results.forget()
-    return summaries
+
+
+def _summary_of(uri: str, value: object) -> IngestSummary:
+    """A task's summary, or the broker's failure of it (the task base stores every other one)."""
+    if not isinstance(value, BaseException):
+        return IngestSummary.model_validate(value)
+    reason = f"{type(value).__name__}: {value}"
+    return IngestSummary(sources=1, failed=1, failures=[f"{uri}: {reason}"], failed_sources={uri: reason})

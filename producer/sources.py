@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, cast
+from typing import Any, BinaryIO, NamedTuple, cast
 
 from prism.ingest.accession import accession_of, index_types, is_index, primary_first
+from prism.ingest.archives import Member, archive_kind, shown_name
 from prism.ingest.extract import IngestError
 from prism.ingest.filings import FOLDER_META, META_SUFFIXES, source_kind, stem
 from prism.ingest.meta import parse_meta_json, parse_meta_jsonl, unknown_keys
@@ -34,6 +35,8 @@ class Source:
     stamp: Callable[[], str]  # its size and modification time or ETag, without reading it
     fingerprint: str = ""  # the stamp with its record, the chunking and the metadata file
     exhibits: tuple[Exhibit, ...] = ()  # further files of its EDGAR accession, read after it
+    open: Callable[[], BinaryIO] | None = None  # an archive: its bytes, read where they lie
+    member: Member | None = None  # a member of an archive: where it lies in it
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,13 @@ class Exhibit:
     type: str | None = None  # its document type, when an EDGAR index page gives it
 
 
+class Keys(NamedTuple):
+    """A store's object ``key`` (an archive) or the keys under it (a folder)."""
+
+    store: Store
+    key: str
+
+
 @dataclass
 class Files:
     """The files under a source, by name in name order, and how each is read and stamped."""
@@ -55,33 +65,39 @@ class Files:
     read: Callable[[str], Callable[[], bytes]]
     stamp: Callable[[str], Callable[[], str]]
     uri: Callable[[str], str]
+    open: Callable[[str], Callable[[], BinaryIO]]
     dangling: list[Path] = field(default_factory=list)  # links to nothing
+    misnamed: list[str] = field(default_factory=list)  # names that are not UTF-8, escaped to be shown
     folder: bool = True  # a folder (or a store) was given: --meta records name its files
 
     @classmethod
-    def of(cls, source: str | Path | Sequence[str | Path] | Store) -> Files:
-        if isinstance(source, str | Path | list | tuple):
+    def of(cls, source: str | Path | Sequence[str | Path] | Store | Keys) -> Files:
+        if isinstance(source, str | Path | list | tuple) and not isinstance(source, Keys):
             return cls._paths([Path(source)] if isinstance(source, str | Path) else [Path(p) for p in source])
-        store = cast(Store, source)
-        names = sorted(k for k in store.keys("") if not _hidden(k))
+        store, key = source if isinstance(source, Keys) else (cast(Store, source), "")
+        under = key.rstrip("/") + "/" if key else ""
+        names = sorted(k for k in store.keys(key) if (k == key or k.startswith(under)) and not _hidden(k))
         return cls(
             names,
             read=lambda name: lambda: store.get(name),
             stamp=lambda name: lambda: store.stamp(name),
             uri=lambda name: f"{store.uri.rstrip('/')}/{name}",
+            open=lambda name: lambda: store.open(name),
         )
 
     @classmethod
     def _paths(cls, paths: list[Path]) -> Files:
         files: dict[str, Path] = {}
-        dangling, folder = [], False
+        dangling, misnamed, folder = [], [], False
         for path in paths:
             if path.is_dir():
                 folder = True
                 for p in sorted(path.rglob("*")):
                     if _hidden(p.relative_to(path).as_posix()):
                         continue
-                    if p.is_file():
+                    if shown_name(str(p)) != str(p):  # its name cannot be stored or shown as it is
+                        misnamed.append(shown_name(str(p.parent.resolve() / p.name)))
+                    elif p.is_file():
                         files[p.resolve().as_posix()] = p
                     elif p.is_symlink() and not p.exists():
                         dangling.append(p)
@@ -94,7 +110,9 @@ class Files:
             read=lambda name: files[name].read_bytes,
             stamp=lambda name: lambda: file_stamp(files[name]),
             uri=lambda name: name,
+            open=lambda name: lambda: open(files[name], "rb"),
             dangling=dangling,
+            misnamed=misnamed,
             folder=folder,
         )
 
@@ -108,10 +126,13 @@ class Walk:
         self.index: dict[str, dict[str, Any]] = {}
         self.read_meta: set[str] = set()
 
-    def sources(self, source: str | Path | Sequence[str | Path] | Store) -> Iterator[Source]:
+    def sources(self, source: str | Path | Sequence[str | Path] | Store | Keys) -> Iterator[Source]:
         files = Files.of(source)
         for link in files.dangling:
             self._dangling(link)
+        for name in files.misnamed:
+            reason = "its name is not valid UTF-8 (shown with its bytes escaped): rename it to ingest it"
+            self.summary.merge(failed_source(self.corpus, name, reason))
         filings: dict[str, set[str]] = {}  # a folder -> the names of its filing files
         for name in files.names:
             if source_kind(name) is not None:
@@ -120,6 +141,9 @@ class Walk:
         folder_indexes = self._folder_meta(files, filings)
         present = set(files.names)
         for name in files.names:
+            if archive_kind(name) is not None:
+                yield Source(name, files.uri(name), files.read(name), {}, files.stamp(name), open=files.open(name))
+                continue
             if source_kind(name) is None:
                 self._not_a_filing(files, name, filings)
                 continue

@@ -11,11 +11,12 @@ from botocore.exceptions import ClientError
 from celery import Task, shared_task
 from celery.exceptions import Retry
 
+from prism.ingest.archives import ArchiveError
 from prism.ingest.meta import parse_meta_jsonl
 from tasks.base import MAX_TRANSIENT_RETRIES, TRANSIENT, _text
 from workers import runtime
 from workers.corpus import Corpus, failed_source
-from workers.ingesting import ingest_file
+from workers.ingesting import ingest_file, read_archived
 from workers.messages import IngestJob, TaskName
 from workers.store import open_input
 
@@ -50,13 +51,18 @@ def ingest_filing(self: IngestTask, message: dict) -> dict:
     rt = runtime.of(self.app)
     corpus = Corpus(rt.store(job.corpus))
     try:
-        with open_input(job.uri, rt.settings) as stream:
-            data = stream.read()
+        if job.member is not None:
+            data = read_archived(corpus, job.member, rt.settings)
+        else:
+            with open_input(job.uri, rt.settings) as stream:
+                data = stream.read()
         exhibits = []
         for uri, doc_type in job.exhibits:
             with open_input(uri, rt.settings) as stream:
                 exhibits.append((uri, stream.read(), doc_type))
-    except (OSError, ClientError) as err:
+    except ArchiveError as err:
+        return failed_source(corpus, job.uri, str(err)).model_dump(mode="json")
+    except (OSError, ClientError, KeyError) as err:
         return failed_source(corpus, job.uri, f"cannot be read ({err})").model_dump(mode="json")
     index: dict[str, dict[str, Any]] = {}
     if job.meta is not None:
@@ -76,4 +82,5 @@ def ingest_filing(self: IngestTask, message: dict) -> dict:
         job.fingerprint,
         exhibits,
     )
+    summary.opened = int(job.member is not None)
     return summary.model_dump(mode="json")

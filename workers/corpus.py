@@ -26,7 +26,7 @@ from prism.ingest.extract import IngestError
 from prism.ingest.models import CorpusManifest, Filing, FilingEntry, IngestFailure, SourceEntry, VersionEntry
 from workers.store import Store, get_model, put_model, safe_name
 
-LAYOUT = ("filings/", "failures/", "versions/", "inputs/")  # and manifest.json
+LAYOUT = ("filings/", "failures/", "versions/", "inputs/", "archives/")  # and manifest.json
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
 
 
@@ -169,6 +169,8 @@ class IngestSummary(BaseModel):
     tokens: int = 0
     seconds: float = 0.0
     skipped: int = 0  # sources whose fingerprint had not changed: not read, no task sent
+    left_out: int = 0  # archive members the filter (--forms, --ciks, --index, --question-set) did not take
+    opened: int = 0  # archive members read past their header (by an ingest task)
     filings: dict[str, str] = {}  # filing id -> its latest version
     heads: dict[str, FilingEntry] = {}  # the heads of the filings read (their versions and identity), for the manifest
     questions: dict[str, str] = {}  # query id of a benchmark row -> the filing it ranks over
@@ -193,7 +195,18 @@ class IngestSummary(BaseModel):
 
     def merge(self, other: IngestSummary) -> None:
         """Add one file's summary (an ingest task's) to the whole source's."""
-        for name in ("sources", "ingested", "unchanged", "new_versions", "failed", "pages", "empty_pages", "skipped"):
+        for name in (
+            "sources",
+            "ingested",
+            "unchanged",
+            "new_versions",
+            "failed",
+            "pages",
+            "empty_pages",
+            "skipped",
+            "left_out",
+            "opened",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.chunks += other.chunks
         self.tokens += other.tokens

@@ -9,12 +9,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prism.ingest.archives import Member, read_member
 from prism.ingest.extract import IngestError
 from prism.ingest.filings import filings_from_rows, parse_filing, source_kind
 from prism.ingest.models import Chunking, Filing, SourceEntry
 from prism.segmenting import TokenCounter
 from workers.corpus import Corpus, IngestSummary, Outcome, record_failure
 from workers.inputs import put_input
+from workers.settings import Settings
+from workers.store import open_ranged
+
+_INDEXES: dict[str, bytes] = {}  # seek points of gzip archives, by corpus key: a worker reads many members of one
 
 
 @dataclass(frozen=True)
@@ -124,3 +129,17 @@ def _ingest_rows(
         count_filing(corpus, summary, corpus.put_filing(filing), filing.id)
     summary.questions.update(rows.questions)
     return rows.filings
+
+
+def read_archived(corpus: Corpus, member: Member, settings: Settings) -> bytes:
+    """A member's bytes, read by offset from its archive (a local file, or S3 by ranged GETs)
+    starting from the seek point before it; ArchiveError when they cannot be had whole."""
+    index = None
+    if member.index is not None:
+        if member.index not in _INDEXES:
+            if len(_INDEXES) >= 4:
+                _INDEXES.pop(next(iter(_INDEXES)))
+            _INDEXES[member.index] = corpus.store.get(member.index)
+        index = _INDEXES[member.index]
+    with open_ranged(member.archive, settings) as raw:
+        return read_member(raw, member, index)

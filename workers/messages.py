@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from prism.ingest.archives import Member
 from prism.ingest.models import Chunking
 from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
 from prism.questions import Question
@@ -105,3 +106,4 @@ class IngestJob(BaseModel):
     segment_tokens: int | None = None  # also store each filing's chunk input for this budget
     fingerprint: str = ""  # recorded with its filings, so the next ingest of an unchanged file sends no task
     exhibits: list[tuple[str, str | None]] = []  # (uri, document type) of further files of its accession
+    member: Member | None = None  # a member of an archive: read by offset where it lies

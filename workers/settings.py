@@ -40,6 +40,7 @@ class EndpointOverride(BaseModel):
 
 
 RESULTS_COMMANDS = ("run", "enqueue", "resume", "status", "report", "eval", "view")
+SELECTING = ("ingest", "fetch")  # the commands that take a selection of filings
 
 
 class Settings(BaseSettings, RunOptions):
@@ -146,6 +147,18 @@ class Settings(BaseSettings, RunOptions):
     # EDGAR
     edgar_url: str = option(
         "https://www.sec.gov", "EDGAR's base URL: the viewer's links to filings, and where prism fetch reads (a mirror)"
+    )
+    # which filings a backfill or a fetch takes (prism.selection): all unset, every one
+    forms: str | None = option(
+        None,
+        "the forms to take, comma-separated as EDGAR writes them (10-K,10-Q,8-K); exact: 10-K is not 10-K/A",
+        commands=SELECTING,
+    )
+    ciks: str | None = option(
+        None, "the companies to take: CIKs, comma-separated, or a file of them", commands=SELECTING
+    )
+    question_set: str | None = option(
+        None, "take the companies that this question set's scopes name", commands=SELECTING
     )
 
     # the fleet

@@ -14,12 +14,13 @@ cache/llm/<key>.json                             the durable LLM response cache
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Protocol, TypeVar
+from typing import IO, BinaryIO, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from pydantic import BaseModel
@@ -54,6 +55,9 @@ class Store(Protocol):
     def keys(self, prefix: str) -> Iterator[str]: ...
 
     def stamp(self, key: str) -> str:  # size and modification time or ETag: changes when the object does
+        ...
+
+    def open(self, key: str) -> BinaryIO:  # seekable, read as it is read (an S3 object by ranged GETs)
         ...
 
 
@@ -109,6 +113,12 @@ class LocalStore:
 
     def stamp(self, key: str) -> str:
         return file_stamp(self.root / key)
+
+    def open(self, key: str) -> BinaryIO:
+        try:
+            return open(self.root / key, "rb")
+        except FileNotFoundError:
+            raise KeyError(key) from None
 
     def keys(self, prefix: str) -> Iterator[str]:
         """Every key that starts with ``prefix`` (a folder's, or any start of a key, as S3 lists)."""
@@ -166,11 +176,65 @@ class S3Store:
         head = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
         return f"{head['ContentLength']}-{head['ETag'].strip(chr(34))}"
 
+    def open(self, key: str) -> BinaryIO:
+        return io.BufferedReader(RangedReader(self.client, self.bucket, self._key(key)), buffer_size=RangedReader.BLOCK)
+
     def keys(self, prefix: str) -> Iterator[str]:
         strip = len(self.prefix) + 1 if self.prefix else 0
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
             for item in page.get("Contents", []):
                 yield item["Key"][strip:]
+
+
+class RangedReader(io.RawIOBase):
+    """An S3 object as a seekable stream: each read a ranged GET of what it needs (a worker reads
+    one member of an archive without fetching the rest); ``fetched`` counts the bytes got."""
+
+    BLOCK = 1024 * 1024  # the least a GET asks for: a tar's headers and a gzip stream read on in blocks
+
+    def __init__(self, client, bucket: str, key: str):
+        self.client, self.bucket, self.key = client, bucket, key
+        try:
+            self.size = client.head_object(Bucket=bucket, Key=key)["ContentLength"]
+        except client.exceptions.ClientError as err:
+            if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                raise KeyError(key) from None
+            raise
+        self.position = self.fetched = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
+        if self.position >= self.size or not len(buffer):
+            return 0
+        end = min(self.size, self.position + len(buffer)) - 1
+        body = self.client.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.position}-{end}")[
+            "Body"
+        ].read()
+        buffer[: len(body)] = body
+        self.position += len(body)
+        self.fetched += len(body)
+        return len(body)
+
+
+def open_ranged(uri: str, settings: Settings) -> BinaryIO:
+    """A local file or an s3:// object as a seekable stream, read by ranges as it is read."""
+    if uri.startswith("s3://"):
+        parsed = urlparse(uri)
+        return S3Store(parsed.netloc, "", s3_client(settings)).open(parsed.path.lstrip("/"))
+    return open(uri, "rb")
 
 
 def s3_client(settings: Settings):

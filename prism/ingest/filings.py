@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
@@ -11,6 +12,7 @@ from typing import IO, Any
 
 from prism.datasets import RowError, iter_lines, parse_row
 from prism.ingest.accession import exhibit_type
+from prism.ingest.archives import member_name
 from prism.ingest.chunking import page_chunks, paged_chunks
 from prism.ingest.extract import IngestError, pdf_pages, plain_text
 from prism.ingest.identity import identify
@@ -27,11 +29,12 @@ from prism.ingest.models import (
     filing_version,
 )
 from prism.ingest.pages import Page, html_pages, text_pages
-from prism.ingest.sgml import is_submission, parse_submission, uudecode
+from prism.ingest.sgml import BrokenUuencode, SgmlDocument, is_submission, parse_submission, uudecode
 from prism.ingest.sniff import check_format
 from prism.segmenting import TokenCounter
 
-KINDS: dict[str, SourceKind] = {".pdf": "pdf", ".htm": "html", ".html": "html", ".txt": "text"}
+# .nc: a dissemination file of EDGAR's daily feed, an SGML submission like a full-submission .txt
+KINDS: dict[str, SourceKind] = {".pdf": "pdf", ".htm": "html", ".html": "html", ".txt": "text", ".nc": "text"}
 ROW_SUFFIXES = (".jsonl", ".jsonl.gz")
 META_SUFFIXES = (".meta.json", ".meta.jsonl")
 FOLDER_META = "metadata.jsonl"
@@ -48,8 +51,9 @@ def source_kind(name: str) -> SourceKind | None:
 
 
 def stem(name: str) -> str:
-    """A file's name without folders and without its filing suffix: ``a/b/x.PDF`` -> ``x``."""
-    base = PurePosixPath(name).name
+    """A file's name without folders and without its filing suffix: ``a/b/x.PDF`` -> ``x``
+    (an archive member's: ``day.tar.gz#a/x.nc`` -> ``x``)."""
+    base = PurePosixPath(member_name(name)).name
     lowered = base.lower()
     for suffix in (*ROW_SUFFIXES, *KINDS):
         if lowered.endswith(suffix):
@@ -166,6 +170,8 @@ def read_document(data: bytes, source: str, kind: SourceKind) -> Read:
             skipped=doc.skipped,
         )
         read.documents.append(entry)
+        if doc.kind == "binary":  # decoded to be known whole (a broken block fails the filing), not read
+            entry.skipped = f"{doc.skipped} of {len(_decoded(doc, source)):,} bytes"
         if doc.skipped:
             continue
         where = f"{source} document {doc.sequence or len(read.documents)} ({doc.type})"
@@ -179,9 +185,31 @@ def read_document(data: bytes, source: str, kind: SourceKind) -> Read:
         if pages:
             entry.pages = (first, len(read.pages))
     if not read.pages:
-        raise IngestError(source, "no readable document in the EDGAR submission")
+        _form_data(submission.documents[0], read, source)
     read.cover = _cover(read.pages)
     return read
+
+
+_TAGGED = re.compile(r"<[^>]+>")
+
+
+def _form_data(first: SgmlDocument, read: Read, source: str) -> None:
+    """A submission whose form is structured data alone (Form D, 3, 4, 5: an XML primary
+    document): that document's values, one a line, are its one page."""
+    if first.kind != "xbrl-xml" or not first.body.strip():
+        raise IngestError(source, "no readable document in the EDGAR submission")
+    text, _ = plain_text(first.body, source)
+    lines = [" ".join(_TAGGED.sub(" ", line).split()) for line in text.splitlines()]
+    read.pages = [Page("\n".join(line for line in lines if line), number=1, document=first.type)]
+    read.documents[0].pages, read.documents[0].skipped = (1, 1), None
+
+
+def _decoded(doc: SgmlDocument, source: str) -> bytes:
+    try:
+        return uudecode(doc.body)
+    except BrokenUuencode as err:
+        name = f"{doc.type}{f', {doc.filename}' if doc.filename else ''}"
+        raise IngestError(source, f"document {doc.sequence or '?'} ({name}): {err}") from None
 
 
 def _document_pages(kind: DocumentKind | SourceKind, body: bytes, where: str, read: Read) -> list[Page]:
@@ -192,7 +220,11 @@ def _document_pages(kind: DocumentKind | SourceKind, body: bytes, where: str, re
             read.facts.setdefault(key, value)
         return html.pages
     if kind == "pdf":  # uuencoded inside a submission
-        return [Page(text) for text in pdf_pages(uudecode(body), where) if text.strip()]
+        try:
+            data = uudecode(body)
+        except BrokenUuencode as err:
+            raise IngestError(where, str(err)) from None
+        return [Page(text) for text in pdf_pages(data, where) if text.strip()]
     text, cp1252 = plain_text(body, where)
     if cp1252 and "decoded_cp1252" not in read.flags:
         read.flags.append("decoded_cp1252")

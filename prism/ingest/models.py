@@ -175,6 +175,7 @@ class SourceEntry(BaseModel):
 
     fingerprint: str
     filings: dict[str, str]  # filing id -> version
+    left_out: int = 0  # an archive's members its filter did not take
 
 
 class CorpusManifest(BaseModel):

@@ -1,5 +1,7 @@
-"""EDGAR full-submission files (``<SEC-DOCUMENT>`` .txt): the SEC header and the documents, in
-file order. Which documents can be read is decided here; reading them is for prism.ingest.pages."""
+"""EDGAR submissions: the full-submission files of the archives (``<SEC-DOCUMENT>`` .txt, a
+``KEY: value`` SEC header) and the feed's dissemination files (``<SUBMISSION>`` .nc, a header of
+one tag a line, sections closed by ``</...>``): the header and the documents, in file order.
+Which documents can be read is decided here; reading them is for prism.ingest.pages."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from prism.ingest.models import DocumentKind
 _DOCUMENT = re.compile(rb"<DOCUMENT>(.*?)(?:</DOCUMENT>|\Z)", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(rb"^<(TYPE|SEQUENCE|FILENAME|DESCRIPTION)>[ \t]*(.*?)[ \t]*$", re.MULTILINE | re.IGNORECASE)
 _TEXT = re.compile(rb"<TEXT>\r?\n?(.*?)(?:</TEXT>|\Z)", re.DOTALL | re.IGNORECASE)
-_HEADER = re.compile(rb"<(SEC|IMS)-HEADER>(.*?)</(?:SEC|IMS)-HEADER>", re.DOTALL | re.IGNORECASE)
+_HEADER_START = re.compile(rb"<(?:SEC|IMS)-HEADER>", re.IGNORECASE)
 _WRAPPER = re.compile(rb"^\s*<(XBRL|XML|PDF|JSON)>\s*", re.IGNORECASE)
 _UUENCODED = re.compile(rb"^\s*begin [0-7]{3} \S", re.IGNORECASE)
 _HTML = re.compile(rb"<(?:html|body)[\s>]", re.IGNORECASE)
@@ -23,9 +25,27 @@ _DATA_SUFFIXES = frozenset({".xml", ".xsd", ".json", ".js", ".css", ".jpg", ".jp
 
 
 def is_submission(data: bytes) -> bool:
-    """An EDGAR submission: the SEC header or a ``<DOCUMENT>`` with its ``<TYPE>`` near the top."""
+    """An EDGAR submission: an SEC header, a feed header, or a ``<DOCUMENT>`` with its ``<TYPE>``
+    near the top."""
     head = data[:8192].upper()
-    return b"<SEC-DOCUMENT>" in head or b"<SEC-HEADER>" in head or (b"<DOCUMENT>" in head and b"<TYPE>" in head)
+    markers = (b"<SEC-DOCUMENT>", b"<SEC-HEADER>", b"<SUBMISSION>")
+    return any(m in head for m in markers) or (b"<DOCUMENT>" in head and b"<TYPE>" in head)
+
+
+def head_fields(data: bytes) -> dict[str, str]:
+    """The header's fields (see header_fields) of a submission, or of its first bytes alone: a
+    filter decides on them without reading the documents."""
+    first = _DOCUMENT.search(data)
+    head = data[: first.start() if first else len(data)]
+    if b"\r" in head:
+        head = head.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    if match := _HEADER_START.search(head):
+        return header_fields(
+            head[match.end() :].split(b"</SEC-HEADER>")[0].split(b"</IMS-HEADER>")[0].decode("latin-1")
+        )
+    if head.lstrip()[:12].upper() == b"<SUBMISSION>":
+        return feed_header_fields(head.decode("latin-1"))
+    return {}
 
 
 @dataclass
@@ -47,8 +67,9 @@ class Submission:
 
 def parse_submission(data: bytes) -> Submission:
     out = Submission()
-    if match := _HEADER.search(data):
-        out.header = header_fields(match.group(2).decode("latin-1"))
+    if b"\r" in data[:65536]:  # feed files end their lines in CRLF or a bare CR
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    out.header = head_fields(data)
     for block in _DOCUMENT.finditer(data):
         tags = {
             m.group(1).upper().decode(): m.group(2).decode("latin-1").strip()
@@ -112,20 +133,75 @@ def header_fields(text: str) -> dict[str, str]:
     return {**top, **{k: v for k, v in company.items() if v}}
 
 
+# The feed header's sections that hold the company (the subject of a tender offer or an ownership
+# report first, then the issuer, then the first filer); REPORTING-OWNER and FILED-BY never do.
+_COMPANY_SECTIONS = ("SUBJECT-COMPANY", "ISSUER", "FILER")
+_FEED_TAG = re.compile(r"^<(/?)([A-Z0-9][A-Z0-9\-]*)>(.*)$")
+_FEED_KEYS = {
+    "ACCESSION-NUMBER": "ACCESSION NUMBER",
+    "TYPE": "CONFORMED SUBMISSION TYPE",
+    "PERIOD": "CONFORMED PERIOD OF REPORT",
+    "FILING-DATE": "FILED AS OF DATE",
+}
+_FEED_COMPANY = {
+    "CONFORMED-NAME": "COMPANY CONFORMED NAME",
+    "CIK": "CENTRAL INDEX KEY",
+    "FISCAL-YEAR-END": "FISCAL YEAR END",
+}
+
+
+def feed_header_fields(text: str) -> dict[str, str]:
+    """A feed file's ``<SUBMISSION>`` header as the SEC header's keys: the accession number, the
+    form (TYPE, else FORM-TYPE), the period, the filing date, and the company of its first
+    SUBJECT-COMPANY, else ISSUER, else first FILER section."""
+    closed = set(re.findall(r"</([A-Z0-9][A-Z0-9\-]*)>", text))  # the tags that open a section
+    top: dict[str, str] = {}
+    sections: dict[str, dict[str, str]] = {}
+    stack: list[str] = []
+    for line in text.splitlines():
+        match = _FEED_TAG.match(line.strip())
+        if not match:
+            continue
+        closing, tag, value = match.group(1), match.group(2), match.group(3).strip()
+        if closing:
+            if tag in stack:
+                del stack[stack.index(tag) :]
+        elif not value and tag in closed:
+            if not stack and tag in sections:
+                tag = f"{tag}#{len(sections)}"  # a second FILER: the first one is the company's
+            stack.append(tag)
+        elif value:
+            (sections.setdefault(stack[0], {}) if stack else top).setdefault(tag, value)
+    fields = {key: top[tag] for tag, key in _FEED_KEYS.items() if tag in top}
+    if "CONFORMED SUBMISSION TYPE" not in fields and (form := sections.get("FILER", {}).get("FORM-TYPE")):
+        fields["CONFORMED SUBMISSION TYPE"] = form
+    company = next((sections[s] for s in _COMPANY_SECTIONS if s in sections), {})
+    return fields | {key: company[tag] for tag, key in _FEED_COMPANY.items() if company.get(tag)}
+
+
+class BrokenUuencode(ValueError):
+    """A uuencoded block that does not decode: a line past repair, or no ``end``."""
+
+
 def uudecode(body: bytes) -> bytes:
-    """The bytes of a uuencoded document (``begin 644 name`` ... ``end``)."""
+    """The bytes of a uuencoded document (``begin 644 name`` ... ``end``); BrokenUuencode naming
+    the line where it breaks."""
     import binascii
 
     out = bytearray()
-    for line in body.splitlines()[1:]:
+    lines = body.splitlines()
+    for number, line in enumerate(lines[1:], start=2):
         if line.strip() in (b"end", b"`", b""):
             if line.strip() == b"end":
-                break
+                return bytes(out)
             continue
         try:
             out += binascii.a2b_uu(line)
         except binascii.Error:
             # some encoders pad short lines without the trailing spaces a2b_uu wants
             length = (((line[0] - 32) & 63) * 4 + 5) // 3
-            out += binascii.a2b_uu(line[:length])
-    return bytes(out)
+            try:
+                out += binascii.a2b_uu(line[:length])
+            except binascii.Error as err:
+                raise BrokenUuencode(f"its uuencoded block breaks at line {number} ({err})") from None
+    raise BrokenUuencode("its uuencoded block has no end line")

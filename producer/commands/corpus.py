@@ -16,12 +16,15 @@ if TYPE_CHECKING:
 
 corpus_app = typer.Typer(help="What a corpus holds.", no_args_is_help=True)
 CorpusArg = Annotated[str, typer.Option("--corpus", help="The corpus: a folder or s3://bucket/prefix.")]
+FILING_FILES = ".pdf, .htm, .html, .txt, .nc, .jsonl, .jsonl.gz, or archives of them: .tar, .tar.gz, .tgz, .zip"
 SHOWN = 10  # failures and guessed identities printed; the corpus manifest keeps every one
 
 
 @flags("ingest")
 def ingest(
-    source: Annotated[str, typer.Argument(help="A filing, a folder of them, or an s3:// prefix ending in '/'.")],
+    source: Annotated[
+        str, typer.Argument(help="A filing, an archive of them, a folder of them, or an s3:// prefix ending in '/'.")
+    ],
     corpus: CorpusArg,
     meta: Annotated[
         str | None, typer.Option("--meta", help="A metadata JSONL (company, form type, period) for files without one.")
@@ -29,19 +32,31 @@ def ingest(
     chunk_tokens: Annotated[
         int, typer.Option("--chunk-tokens", min=16, help="Chunk size of HTML and text filings, in tokens.")
     ] = 512,
+    index: Annotated[
+        str | None,
+        typer.Option(
+            "--index",
+            help="An EDGAR index (form.idx, company.idx, master.idx): archive members are taken by its rows, unread.",
+        ),
+    ] = None,
     **options: Any,
 ) -> None:
-    """Ingest filings (PDF, HTML, text, or benchmark rows) into a corpus, once per version: an
-    unchanged filing is a no-op, a changed one a new version; a file whose size, time and
-    metadata are as last ingested is not read again. One fleet task per file (in this process
-    when no broker is configured). A filing that cannot be read is a stored failure; the
-    rest go on. Exits 1 when no filing could be ingested."""
+    """Ingest filings (PDF, HTML, text, EDGAR .txt and .nc submissions, benchmark rows) into a
+    corpus, once per version: an unchanged filing is a no-op, a changed one a new version; a
+    file whose size, time and metadata are as last ingested is not read again. Archives (.tar,
+    .tar.gz, .zip) are read where they lie, one task per member, filtered by --forms, --ciks,
+    --question-set and --index. One fleet task per file (in this process when no broker is
+    configured). A filing that cannot be read is a stored failure; the rest go on. Exits 1 when
+    no filing could be ingested, 3 when some could not."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from prism.ingest.models import Chunking
+    from prism.models import EXIT_CODES
+    from producer.archives import filter_of
     from producer.ingest import ingest as ingest_files
 
     settings = settings_with(options)
+    chosen = filter_of(settings, index)
     if not source.startswith("s3://") and not Path(source).exists():
         raise RunError(f"{source}: no such file or folder")
     if meta is not None and not Path(meta).is_file():
@@ -57,21 +72,24 @@ def ingest(
             settings,
             Chunking(chunk_tokens=chunk_tokens),
             meta,
+            chosen,
             on_progress=lambda done, total: bar.update(task, completed=done, total=total),
             on_note=lambda text: bar.console.print(f"[yellow]{text}[/yellow]"),
         )
     print_ingest(summary, corpus)
-    if not summary.sources:
-        raise RunError(f"{source}: no filings (.pdf, .htm, .html, .txt, .jsonl, .jsonl.gz) found")
-    if summary.failed and not (summary.ingested or summary.unchanged or summary.new_versions):
-        raise typer.Exit(1)
+    if not summary.sources and not summary.left_out:
+        raise RunError(f"{source}: no filings ({FILING_FILES}) found")
+    if summary.failed:
+        some = summary.ingested or summary.unchanged or summary.new_versions
+        raise typer.Exit(EXIT_CODES["complete_with_failures"] if some else EXIT_CODES["failed"])
 
 
 def print_ingest(summary: IngestSummary, corpus: str) -> None:
     """What an ingest did: counts, then the failures, guessed identities and files not read."""
     console.print(
         f"{summary.sources} sources: {summary.ingested} filings ingested, {summary.new_versions} new versions, "
-        f"{summary.unchanged} unchanged ({summary.skipped} files not read again), {summary.failed} failed; "
+        f"{summary.unchanged} unchanged ({summary.skipped} files not read again), {summary.failed} failed"
+        f"{f', {summary.left_out} archive members left out by the filter' if summary.left_out else ''}; "
         f"{summary.pages} pages ({summary.empty_pages} empty), {summary.chunks} chunks, {summary.tokens} tokens "
         f"in {summary.seconds:.1f} s: {corpus}"
     )
@@ -89,7 +107,7 @@ def print_ingest(summary: IngestSummary, corpus: str) -> None:
         n, shown = len(summary.unsupported), ", ".join(PurePosixPath(u).name for u in summary.unsupported[:5])
         more = f" and {n - 5} more" if n > 5 else ""
         console.print(
-            f"{n} file{'s' if n > 1 else ''} not ingested (not .pdf/.htm/.html/.txt/.jsonl): {shown}{more}",
+            f"{n} file{'s' if n > 1 else ''} not ingested (not {FILING_FILES}): {shown}{more}",
             highlight=False,
         )
 
