@@ -9,6 +9,7 @@ under ``Archives/``: ``edgar/data/CIK/ACCESSION.txt``."""
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
+from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from prism.ingest.accession import ACCESSION
@@ -123,3 +124,22 @@ def days(since: date, until: date) -> list[date]:
 def filing_page(base: str, cik: str, accession: str) -> str:
     """A filing's index page on EDGAR (its documents listed)."""
     return f"{base.rstrip('/')}/Archives/edgar/data/{int(cik)}/{accession.replace('-', '')}/{accession}-index.htm"
+
+
+def archive_path(row: IndexRow) -> str:
+    """The path, under the base URL, of an index row's complete submission."""
+    return f"/Archives/{row.path.lstrip('/')}"
+
+
+def saved_as(row: IndexRow) -> str:
+    """Where a fetched submission is kept under the target: EDGAR's own path, so a filing is
+    found again by its accession number (``edgar/data/CIK/ACCESSION.txt``)."""
+    return f"edgar/data/{int(row.cik)}/{row.accession or PurePosixPath(row.path).stem}.txt"
+
+
+THRESHOLD = "Request Rate Threshold Exceeded"  # the title of SEC's 403 page past the fair-access rate
+
+
+def refused_for_rate(status: int, body: bytes) -> bool:
+    """EDGAR asking us to slow down: its 403 threshold page, a 429, or a 503."""
+    return status in (429, 503) or (status == 403 and THRESHOLD.encode() in body[:8192])

@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from producer.commands import corpus, estimate, models, report, run, view
+from producer.commands import corpus, estimate, fetch, models, report, run, view
 from producer.commands.common import console
 from producer.spec import RunError
 from workers.settings import SettingsProblem
@@ -25,6 +25,7 @@ app.command()(run.run)
 app.command()(run.enqueue)
 app.command()(run.resume)
 app.command()(estimate.estimate)
+app.command()(fetch.fetch)
 app.command()(corpus.ingest)
 app.command()(corpus.sample)
 app.command()(report.status)

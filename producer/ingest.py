@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.result import ResultSet
 
 from prism.ingest.archives import ArchiveError
 from prism.ingest.filings import filing_id_of, source_kind
@@ -25,6 +24,7 @@ from prism.ingest.models import Chunking, CorpusManifest
 from prism.options import RunOptions
 from prism.segmenting import TokenCounter
 from producer.archives import Filter, Listed, expand, settle
+from producer.collect import run_tasks
 from producer.sources import Keys, Source, Walk, accessions
 from workers.app import make_app, reach_broker
 from workers.corpus import Corpus, IngestSummary, failed_source
@@ -35,7 +35,6 @@ from workers.settings import Settings
 from workers.store import Store, open_store
 
 CHECKPOINT_S = 5.0  # how often a long ingest records what it has done in the corpus manifest
-POLL_S = 0.05  # one bulk read of the result backend per poll: cheap, and a small re-ingest ends sooner
 Dispatch = Callable[[list[Source]], Iterable[IngestSummary]]
 DEFAULT_SEGMENT_TOKENS = RunOptions.model_fields["segment_tokens"].default
 _META_LINE = re.compile(r" line \d+$")
@@ -261,30 +260,10 @@ def _run(
     on_progress: Callable[[int, int], None],
     on_note: Callable[[str], None],
 ) -> Iterator[IngestSummary]:
-    """Send every job, then give each file's summary as its task ends (one bulk read of the
-    result backend per poll, however many are pending). Says so once when none ends for a while."""
-    if not jobs:  # nothing to wait for: Celery's Redis backend raises StopIteration on an empty set
-        return
-    results = ResultSet(
-        [app.send_task(TaskName.INGEST_FILE, args=[job.model_dump(mode="json")]) for job in jobs], app=app
-    )
-    source_of = {result.id: job.uri for result, job in zip(results.results, jobs)}
-    on_progress(0, len(jobs))
-    moved, said = time.monotonic(), False
-
-    def waiting() -> None:
-        nonlocal said
-        if not said and time.monotonic() - moved > quiet_s:
-            said = True
-            on_note(
-                f"no ingest task has ended for {quiet_s:.0f} s (PRISM_STALL_S): are workers running (celery -A workers.app worker)?"
-            )
-
-    for done, (task_id, meta) in enumerate(results.iter_native(interval=POLL_S, on_interval=waiting), start=1):
-        moved = time.monotonic()
-        yield _summary_of(source_of[task_id], meta["result"])
-        on_progress(done, len(jobs))
-    results.forget()
+    """Each file's summary as its task ends."""
+    stalled = f"no ingest task has ended for {quiet_s:.0f} s (PRISM_STALL_S): are workers running (celery -A workers.app worker)?"
+    for job, value in run_tasks(app, TaskName.INGEST_FILE, jobs, quiet_s, on_progress, lambda: on_note(stalled)):
+        yield _summary_of(job.uri, value)
 
 
 def _summary_of(uri: str, value: object) -> IngestSummary:

@@ -25,6 +25,7 @@ log = structlog.get_logger("prism")
 
 class IngestTask(Task):
     abstract = True
+    max_retries = None  # retried while the store is away, up to MAX_TRANSIENT_RETRIES
 
     def __call__(self, message: dict) -> Any:
         job = IngestJob.model_validate(message)
@@ -37,7 +38,7 @@ class IngestTask(Task):
         except TRANSIENT as err:
             if self.request.retries < MAX_TRANSIENT_RETRIES:
                 countdown = min(60.0, 2.0**self.request.retries) * random.uniform(0.5, 1.0)
-                raise self.retry(countdown=countdown, max_retries=None) from None
+                raise self.retry(countdown=countdown) from None
             reason = f"gave up after {self.request.retries} retries: {_text(err)}"
         except Exception as err:  # noqa: BLE001 - every source ends in a stored outcome
             reason = _text(err)

@@ -13,7 +13,7 @@ from workers.embedded import BROKER_URL, RESULT_BACKEND
 from workers.messages import Priority
 from workers.settings import Settings, SettingsProblem, load_settings
 
-TASK_MODULES = ("tasks.ranking", "tasks.planning", "tasks.ingest")
+TASK_MODULES = ("tasks.ranking", "tasks.planning", "tasks.ingest", "tasks.fetch")
 
 
 def make_app(settings: Settings | None = None, tasks: tuple[str, ...] = TASK_MODULES) -> Celery:

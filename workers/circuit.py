@@ -20,7 +20,7 @@ from workers import keys
 class Circuits:
     def __init__(self, client: redis.Redis | None = None):
         self.client = client
-        self._open: dict[str, tuple[Outage, float]] = {}  # endpoint -> (outage, its last failure)
+        self._open: dict[str, tuple[Outage, float]] = {}  # endpoint -> (outage, when it lapses)
         self._probes: dict[str, float] = {}  # endpoint -> when its probe claim lapses
         self._lock = threading.Lock()
 
@@ -39,14 +39,15 @@ class Circuits:
             self._probes[endpoint] = time.time() + ttl_s
             return True
 
-    def failed(self, endpoint: str, since: float, error: str) -> Outage:
-        """Open the circuit (down since ``since``), or keep it open with this last error."""
+    def failed(self, endpoint: str, since: float, error: str, ttl_s: float = keys.CIRCUIT_TTL_S) -> Outage:
+        """Open the circuit (down since ``since``), or keep it open with this last error, for
+        ``ttl_s`` after it unless a probe closes it first."""
         if self.client is not None:
             name = keys.circuit(endpoint)
             pipe = self.client.pipeline()  # MULTI: the first failure's time wins
             pipe.hsetnx(name, "since", repr(since))
             pipe.hset(name, "error", error)
-            pipe.expire(name, keys.CIRCUIT_TTL_S)
+            pipe.expire(name, max(1, int(ttl_s)))
             pipe.hgetall(name)
             outage = _outage(pipe.execute()[-1])
             assert outage is not None
@@ -54,7 +55,7 @@ class Circuits:
         with self._lock:
             current = self._local(endpoint)
             outage = Outage(current.since if current else since, error)
-            self._open[endpoint] = (outage, time.time())
+            self._open[endpoint] = (outage, time.time() + ttl_s)
             return outage
 
     def closed(self, endpoint: str) -> None:
@@ -66,8 +67,8 @@ class Circuits:
             self._probes.pop(endpoint, None)
 
     def _local(self, endpoint: str) -> Outage | None:
-        outage, last = self._open.get(endpoint, (None, 0.0))
-        return outage if time.time() - last < keys.CIRCUIT_TTL_S else None
+        outage, lapses = self._open.get(endpoint, (None, 0.0))
+        return outage if time.time() < lapses else None
 
 
 def _outage(fields: dict) -> Outage | None:

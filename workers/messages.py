@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import date
 from enum import IntEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -23,6 +24,7 @@ class TaskName:
     AGGREGATE_SEGMENTS = "prism.aggregate_segments"
     RANK_WHOLE = "prism.rank_whole"
     INGEST_FILE = "prism.ingest_file"
+    FETCH_FILING = "prism.fetch_filing"
 
 
 class Priority(IntEnum):
@@ -107,3 +109,22 @@ class IngestJob(BaseModel):
     fingerprint: str = ""  # recorded with its filings, so the next ingest of an unchanged file sends no task
     exhibits: list[tuple[str, str | None]] = []  # (uri, document type) of further files of its accession
     member: Member | None = None  # a member of an archive: read by offset where it lies
+
+
+class FetchJob(BaseModel):
+    """One filing to fetch from EDGAR into a target (a folder or s3://bucket/prefix)."""
+
+    target: str
+    path: str  # under EDGAR's base URL: /Archives/edgar/data/CIK/ACCESSION.txt
+    key: str  # under the target
+    day: date  # the day it was filed: a day is done when all its filings are
+
+
+class Fetched(BaseModel):
+    """How a fetch ended: written, already there (no request), or failed and why."""
+
+    key: str
+    day: date
+    status: Literal["fetched", "present", "failed"]
+    reason: str | None = None
+    bytes: int = 0

@@ -9,7 +9,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import structlog
@@ -37,6 +37,9 @@ from workers.messages import ChunkJob, Job
 from workers.settings import FaultStage, Settings
 from workers.store import Store, get_model, open_store
 from workers.vectors import StoreVectors
+
+if TYPE_CHECKING:  # requests loads only where EDGAR is fetched
+    from workers.edgar import Edgar
 
 log = structlog.get_logger("prism")
 
@@ -82,6 +85,13 @@ class Runtime:
         return FleetLimiter(
             self.redis, s.llm_limits, s.limiter_max_block_s, s.limiter_headroom, prompt_rpm=s.prompt_cache_rpm
         )
+
+    @cached_property
+    def edgar(self) -> Edgar:
+        """EDGAR, behind the fleet's limiter and circuit (in this process when embedded)."""
+        from workers.edgar import Edgar
+
+        return Edgar(self.settings, self.limiter.windows, self.circuits)
 
     @cached_property
     def circuits(self) -> Circuits:

@@ -148,6 +148,18 @@ class Settings(BaseSettings, RunOptions):
     edgar_url: str = option(
         "https://www.sec.gov", "EDGAR's base URL: the viewer's links to filings, and where prism fetch reads (a mirror)"
     )
+    sec_user_agent: str | None = option(
+        None,
+        "who is asking, as SEC's fair-access policy asks: a company name and an e-mail (Acme Data ops@acme.com); prism fetch needs it",
+    )
+    edgar_rps: float = option(
+        10.0, "requests a second to EDGAR, counted across the whole fleet; SEC allows 10, never more", gt=0, le=10
+    )
+    edgar_pause_s: float = option(
+        600.0,
+        "how long fetches pause after EDGAR refuses for the rate (403 threshold page, 429, 503) before one tries again",
+        gt=0,
+    )
     # which filings a backfill or a fetch takes (prism.selection): all unset, every one
     forms: str | None = option(
         None,
@@ -176,6 +188,13 @@ class Settings(BaseSettings, RunOptions):
         caps = value.values() if isinstance(value, dict) else [] if value is None else [value]
         if any(cap < 0 for cap in caps):
             raise ValueError("an output cap is 0 (no cap) or a positive number of tokens")
+        return value
+
+    @field_validator("sec_user_agent")
+    @classmethod
+    def _names_someone(cls, value: str | None) -> str | None:
+        if value is not None and not re.search(r"\S+@\S+\.\w+", value):
+            raise ValueError("give a company name and an e-mail address, as SEC asks: 'Acme Data ops@acme.com'")
         return value
 
     @field_validator("results", "cache_uri", "doc_prior", "icl_index")
