@@ -34,7 +34,7 @@ from workers.messages import IngestJob, TaskName
 from workers.settings import Settings
 from workers.store import Store, open_store
 
-CHECKPOINT_S = 5.0  # how often a long ingest records what it has done in the corpus manifest
+CHECKPOINT_S = 5.0  # how often a long ingest records what it has done since (Corpus.checkpoint)
 Dispatch = Callable[[list[Source]], Iterable[IngestSummary]]
 DEFAULT_SEGMENT_TOKENS = RunOptions.model_fields["segment_tokens"].default
 _META_LINE = re.compile(r" line \d+$")
@@ -99,28 +99,29 @@ def ingest_source(
     corpus in ``store``; the manifest is written at the end. ``dispatch`` ingests the sources
     elsewhere (the fleet: one task per source) and gives each one's summary as it ends; without
     it they are ingested here, one at a time. Archives are listed here and their members sent
-    one a task, as ``chosen`` takes them. The manifest is checkpointed every CHECKPOINT_S, so an
+    one a task, as ``chosen`` takes them. What is done is checkpointed every CHECKPOINT_S, so an
     ingest cut short sends only what it had not done when it is run again."""
     started = time.perf_counter()
     chunking = chunking or Chunking()
     corpus, summary = Corpus(store), IngestSummary()
     given = (str(meta), Path(meta).read_bytes()) if meta is not None else None
     walk = Walk(corpus, summary, given)
-    manifest = corpus.manifest()
+    manifest = corpus.recovered()  # with the checkpoints of an ingest cut short
     settled = _digest([chunking.model_dump(), hashlib.sha256(given[1]).hexdigest() if given else None, IDENTITY_FORMAT])
     listed: list[Listed] = []
     reading = Reading(manifest, settled, corpus, summary, chosen, listed)
     items = reading.to_read(accessions(list(walk.sources(source))))
     local = Local(corpus, chunking, counter, walk.index, segment_tokens)
-    checkpoint = time.monotonic()
+    checkpoint, since = time.monotonic(), IngestSummary()
     try:
         for part in (dispatch or local)(items):
             summary.merge(part)
+            since.merge(part)
             if time.monotonic() - checkpoint > CHECKPOINT_S:
-                corpus.update_manifest(manifest, summary)
-                checkpoint = time.monotonic()
+                corpus.checkpoint(since)
+                checkpoint, since = time.monotonic(), IngestSummary()
     except KeyboardInterrupt:
-        corpus.update_manifest(manifest, summary)  # what was done stays done
+        corpus.checkpoint(since)  # what was done stays done
         raise
     settle(listed, summary, manifest)
     for failed in list(manifest.failures):  # a metadata file read again: what it no longer says is gone

@@ -17,6 +17,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import time
+import uuid
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -26,7 +28,8 @@ from prism.ingest.extract import IngestError
 from prism.ingest.models import CorpusManifest, Filing, FilingEntry, IngestFailure, SourceEntry, VersionEntry
 from workers.store import Store, get_model, put_model, safe_name
 
-LAYOUT = ("filings/", "failures/", "versions/", "inputs/", "archives/")  # and manifest.json
+JOURNAL = "journal/"  # an ingest's checkpoints, folded into the manifest when it ends
+LAYOUT = ("filings/", "failures/", "versions/", "inputs/", "archives/", JOURNAL)  # and manifest.json
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
 
 
@@ -114,7 +117,31 @@ class Corpus:
     def update_manifest(self, manifest: CorpusManifest, summary: IngestSummary) -> CorpusManifest:
         """The manifest with what one ingest changed: the heads of the filings it stored, its
         failures, and its sources' fingerprints (one writer: the producer, after the ingest
-        tasks are done). Nothing is listed: the cost follows the change, not the corpus."""
+        tasks are done); its checkpoints are then folded in. Nothing is listed but the
+        checkpoints: the cost follows the change, not the corpus."""
+        manifest = self._apply(manifest, summary)
+        put_model(self.store, self.manifest_key, manifest)
+        for key in list(self.store.keys(JOURNAL)):
+            self.store.delete(key)
+        return manifest
+
+    def checkpoint(self, since: IngestSummary) -> None:
+        """What an ingest did since its last checkpoint, kept as one small record (the manifest
+        is not rewritten): an ingest cut short is read back from these by the next one."""
+        if since.done_sources or since.failed_sources or since.heads:
+            part = Journal(done_sources=since.done_sources, failed_sources=since.failed_sources, heads=since.heads)
+            put_model(self.store, f"{JOURNAL}{time.time_ns()}-{uuid.uuid4().hex[:8]}.json", part)
+
+    def recovered(self) -> CorpusManifest:
+        """The manifest with the checkpoints of an ingest that did not end folded in."""
+        manifest = self.manifest()
+        for key in sorted(self.store.keys(JOURNAL)):
+            part = get_model(self.store, key, Journal)
+            done = IngestSummary(done_sources=part.done_sources, failed_sources=part.failed_sources, heads=part.heads)
+            manifest = self._apply(manifest, done)
+        return manifest
+
+    def _apply(self, manifest: CorpusManifest, summary: IngestSummary) -> CorpusManifest:
         at = _utcnow()
         for source, reason in summary.failed_sources.items():
             manifest.failures[source] = IngestFailure(source=source, reason=reason, at=at)
@@ -127,7 +154,6 @@ class Corpus:
         manifest.failures = dict(sorted(manifest.failures.items()))
         manifest.sources = dict(sorted(manifest.sources.items()))
         manifest.written_at = at
-        put_model(self.store, self.manifest_key, manifest)
         return manifest
 
     def manifest(self) -> CorpusManifest:
@@ -217,6 +243,14 @@ class IngestSummary(BaseModel):
         self.failed_sources.update(other.failed_sources)
         self.guessed.update(other.guessed)
         self.done_sources.update(other.done_sources)
+
+
+class Journal(BaseModel):
+    """One checkpoint of an ingest: what it did since the one before."""
+
+    done_sources: dict[str, SourceEntry] = {}
+    failed_sources: dict[str, str] = {}
+    heads: dict[str, FilingEntry] = {}
 
 
 def failed_source(corpus: Corpus, uri: str, reason: str) -> IngestSummary:

@@ -74,14 +74,14 @@ def test_a_worker_killed_mid_archive_loses_no_member_and_the_next_run_sends_only
     deadline = time.monotonic() + 240
     while len(recorded) < 5 and time.monotonic() < deadline:  # the producer's checkpoints of what is done
         time.sleep(0.5)
-        if (corpus / "manifest.json").exists():
-            recorded = [s for s in json.loads((corpus / "manifest.json").read_text())["sources"] if "#" in s]
+        recorded = _checkpointed(corpus)
         assert producer.poll() is None, producer.communicate()[1]
     assert 5 <= len(recorded) < len(day), len(recorded)
     victim.stop(signal.SIGKILL)  # the worker, parent and child, mid-member
     producer.send_signal(signal.SIGKILL)  # and the run with it
     producer.communicate()
-    recorded = [s for s in json.loads((corpus / "manifest.json").read_text())["sources"] if "#" in s]
+    recorded = _checkpointed(corpus)
+    assert not (corpus / "manifest.json").exists()  # the checkpoints are small records, not the manifest again
     start_worker(env, 2)
     done = prism_cli(["ingest", str(archive), "--corpus", str(corpus)], env, tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -90,3 +90,10 @@ def test_a_worker_killed_mid_archive_loses_no_member_and_the_next_run_sends_only
     manifest = json.loads((corpus / "manifest.json").read_text())
     assert len(manifest["filings"]) == len(day) and manifest["failures"] == {}
     assert list(manifest["sources"]) == [str(archive)]  # whole now: one source for the next run
+    assert not list((corpus / "journal").glob("*.json"))  # folded into the manifest
+
+
+def _checkpointed(corpus: Path) -> list[str]:
+    """The archive members an ingest's checkpoints record as done."""
+    parts = sorted((corpus / "journal").glob("*.json")) if (corpus / "journal").exists() else []
+    return [uri for part in parts for uri in json.loads(part.read_text())["done_sources"] if "#" in uri]
