@@ -51,18 +51,12 @@ def ingest(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from prism.ingest.models import Chunking
-    from prism.models import EXIT_CODES
     from producer.archives import filter_of
     from producer.ingest import ingest as ingest_files
 
     settings = settings_with(options)
     chosen = filter_of(settings, index)
-    if not source.startswith("s3://") and not Path(source).exists():
-        raise RunError(f"{source}: no such file or folder")
-    if meta is not None and not Path(meta).is_file():
-        raise RunError(f"--meta {meta}: no such file")
-    if not corpus.startswith("s3://") and Path(corpus).is_file():
-        raise RunError(f"--corpus {corpus}: is a file; give a folder or an s3:// URI")
+    _check_paths(source, meta, corpus)
     columns = (TextColumn("ingesting files"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("ingest", total=None)
@@ -79,9 +73,27 @@ def ingest(
     print_ingest(summary, corpus)
     if not summary.sources and not summary.left_out:
         raise RunError(f"{source}: no filings ({FILING_FILES}) found")
-    if summary.failed:
-        some = summary.ingested or summary.unchanged or summary.new_versions
-        raise typer.Exit(EXIT_CODES["complete_with_failures"] if some else EXIT_CODES["failed"])
+    if status := ingest_status(summary):
+        raise typer.Exit(status)
+
+
+def _check_paths(source: str, meta: str | None, corpus: str) -> None:
+    if not source.startswith("s3://") and not Path(source).exists():
+        raise RunError(f"{source}: no such file or folder")
+    if meta is not None and not Path(meta).is_file():
+        raise RunError(f"--meta {meta}: no such file")
+    if not corpus.startswith("s3://") and Path(corpus).is_file():
+        raise RunError(f"--corpus {corpus}: is a file; give a folder or an s3:// URI")
+
+
+def ingest_status(summary: IngestSummary) -> int:
+    """0 when every file gave its filings; 3 when some did not; 1 when none did."""
+    from prism.models import EXIT_CODES
+
+    if not summary.failed:
+        return 0
+    some = summary.ingested or summary.unchanged or summary.new_versions
+    return EXIT_CODES["complete_with_failures"] if some else EXIT_CODES["failed"]
 
 
 def print_ingest(summary: IngestSummary, corpus: str) -> None:

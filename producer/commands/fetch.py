@@ -92,14 +92,13 @@ def _status(summary: FetchSummary) -> int:
 
 def _ingest(target: str, corpus: str, settings) -> int:
     from prism.ingest.models import Chunking
-    from prism.models import EXIT_CODES
-    from producer.commands.corpus import print_ingest
+    from producer.commands.corpus import ingest_status, print_ingest
     from producer.ingest import ingest
 
     source = target if not target.startswith("s3://") else target.rstrip("/") + "/"
     summary = ingest(source, corpus, settings, Chunking())
     print_ingest(summary, corpus)
-    return EXIT_CODES["complete_with_failures"] if summary.failed else 0
+    return ingest_status(summary)
 
 
 def _day(text: str, flag: str) -> date:

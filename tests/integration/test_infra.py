@@ -261,8 +261,26 @@ def test_nightly_cronjob(tmp_path):
     before = datetime.now(UTC)
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, check=True).stdout.split()
     days = {f"nightly-{d:%Y%m%d}" for d in (before, before + timedelta(minutes=1))}
-    assert out[:2] == ["run", "s3://BUCKET/inputs/nightly/"]
-    assert out[2] == "--run-id" and out[3] in days and len(out) == 4
+    fetch, run, view = out[: out.index("run")], out[out.index("run") : out.index("view")], out[out.index("view") :]
+    assert fetch == [
+        "fetch",
+        "--out",
+        "s3://BUCKET/edgar/",
+        "--since",
+        "last",
+        "--ingest",
+        "--corpus",
+        "s3://BUCKET/corpus",
+    ]
+    assert run[:5] == ["run", "--questions", "/etc/prism/questions/questions.jsonl", "--corpus", "s3://BUCKET/corpus"]
+    assert run[5:7] == ["--new", "--run-id"] and run[7] in days
+    assert view == ["view", run[7], "--out", f"/srv/viewer/{run[7]}"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"questions": "/etc/prism/questions", "viewer": "/srv/viewer"}
+    # a step that ends with some failures (exit 3) goes on; another failure stops the night
+    fake.write_text('#!/bin/sh\necho "$1"\n[ "$1" = fetch ] && exit 3\n[ "$1" = run ] && exit 1\nexit 0\n')
+    stopped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+    assert stopped.stdout.split() == ["fetch", "run"] and stopped.returncode != 0
 
 
 # -- docker compose ----------------------------------------------------------------------------
