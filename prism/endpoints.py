@@ -29,6 +29,12 @@ class Endpoint:
     def key(self) -> str:
         return f"{self.provider}:{self.base_url or 'api.openai.com'}"
 
+    @property
+    def hosted(self) -> bool:
+        """A known hosted API (its limits are per minute, its slots many); else a server a team runs."""
+        host = urlsplit(self.base_url).hostname or "" if self.base_url else "api.openai.com"
+        return self.provider == "azure" or host in HOSTED or host.endswith(HOSTED_SUFFIXES)
+
     def cap_fields(self, cap: int | None) -> dict[str, int]:
         if not cap:
             return {}
@@ -39,6 +45,43 @@ class Endpoint:
             param = "max_completion_tokens" if openai_hosted else "max_tokens"
         names = ("max_completion_tokens", "max_tokens") if param == "both" else (param,)
         return dict.fromkeys(names, cap)
+
+
+HOSTED = frozenset(
+    {
+        "api.openai.com",
+        "api.anthropic.com",
+        "api.mistral.ai",
+        "api.groq.com",
+        "api.together.xyz",
+        "api.fireworks.ai",
+        "api.deepseek.com",
+        "openrouter.ai",
+        "generativelanguage.googleapis.com",
+    }
+)
+HOSTED_SUFFIXES = (".openai.azure.com", ".services.ai.azure.com")
+# A server a team runs that says nothing of itself (llama-cpp-python, Ollama): one request at a
+# time, and a context no model of that kind lacks. Each is said at the start of a run.
+SELF_HOSTED_SLOTS = 1
+SELF_HOSTED_CONTEXT = 4096
+CONTEXT_MARGIN = 0.1  # of the context: tokenizers differ from ours; chat templates add their own
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a self-hosted server says of itself: its slots (llama.cpp's /props total_slots) and
+    its context (/props n_ctx, vLLM's max_model_len in /v1/models), and where each came from."""
+
+    slots: int | None = None
+    context: int | None = None
+    source: str = "nothing reported"
+
+
+def segment_budget(context: int, output_tokens: int, overhead: int) -> int:
+    """The prompt tokens of one segment that fit a context: what is left after the expected
+    output, the prompt's own words and a margin."""
+    return max(256, int(context * (1 - CONTEXT_MARGIN)) - output_tokens - overhead)
 
 
 @dataclass(frozen=True)

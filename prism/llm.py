@@ -35,8 +35,8 @@ import json
 import random
 import re
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from prism import batch
-from prism.endpoints import Endpoint, RequestOptions, RetryPolicy
+from prism.endpoints import SELF_HOSTED_SLOTS, Endpoint, RequestOptions, RetryPolicy, ServerFacts
 from prism.models import CallRecord, Stage, Usage
 from prism.pricing import PriceTable
 
@@ -136,6 +136,10 @@ class Limiter(Protocol):
 
     def settle(self, reservation: Reservation, used: int | None, headers: Mapping[str, str]) -> None: ...
 
+    def slot(self, endpoint: str, model: str, cap: int) -> AbstractContextManager[None]:
+        """One of ``cap`` requests in flight to (endpoint, model), held while the request runs."""
+        ...
+
 
 class NoLimiter:
     def acquire(self, endpoint: str, model: str, tokens: int, prompt_key: str | None = None) -> Reservation:
@@ -143,6 +147,9 @@ class NoLimiter:
 
     def settle(self, reservation: Reservation, used: int | None, headers: Mapping[str, str]) -> None:
         return None
+
+    def slot(self, endpoint: str, model: str, cap: int) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
 @dataclass(frozen=True)
@@ -256,8 +263,13 @@ class Gateway:
         cache: Cache | None = None,
         options: RequestOptions = RequestOptions(),
         circuit: Circuit | None = None,
+        concurrency: Mapping[str, int] | None = None,
+        contexts: MutableMapping[str, int] | None = None,
     ):
         self.endpoints = endpoints
+        self.concurrency = concurrency or {}  # model ("*": any) -> requests in flight at once; 0: no cap
+        self.contexts = {} if contexts is None else contexts  # "<endpoint>:<model>" -> context learned
+        self._servers: dict[Endpoint, ServerFacts] = {}
         self.prices = prices
         self.policy = policy
         self.limiter = limiter or NoLimiter()
@@ -347,6 +359,33 @@ class Gateway:
             lambda response: {"vectors": [item.embedding for item in sorted(response.data, key=lambda d: d.index)]},
         )
         return body["vectors"]
+
+    def server(self, endpoint: Endpoint) -> ServerFacts:
+        """What a self-hosted server says of itself, asked once (a hosted API: nothing)."""
+        if endpoint.hosted:
+            return ServerFacts(source="a hosted API")
+        if endpoint not in self._servers:
+            self._servers[endpoint] = server_facts(endpoint.base_url or "")
+        return self._servers[endpoint]
+
+    def slots(self, endpoint: Endpoint, model: str) -> tuple[int, str]:
+        """The requests (endpoint, model) takes at once (0: no cap), and where that came from."""
+        given = self.concurrency.get(model, self.concurrency.get("*"))
+        if given is not None:
+            return given, "PRISM_LLM_CONCURRENCY"
+        if endpoint.hosted:
+            return 0, "a hosted API: its per-minute limits, no cap"
+        facts = self.server(endpoint)
+        if facts.slots:
+            return facts.slots, f"the server's {facts.source}"
+        return SELF_HOSTED_SLOTS, "the default for a server that reports no slots"
+
+    def context(self, endpoint: Endpoint, model: str) -> tuple[int | None, str]:
+        """The (endpoint, model)'s context in tokens, and where it came from; None: unknown."""
+        if (learned := self.contexts.get(f"{endpoint.key}:{model}")) is not None:
+            return int(learned), "learned from its overflow reply"
+        facts = self.server(endpoint)
+        return facts.context, f"the server's {facts.source}"
 
     def _request(
         self,
@@ -539,13 +578,21 @@ class Gateway:
         attempts = throttled = timeouts = 0
         down_since: float | None = None  # the first attempt that found the endpoint unavailable
 
+        cap, _ = self.slots(endpoint, model)
+
         def attempt():
+            with self.limiter.slot(endpoint.key, model, cap):  # its wait is not the request's timeout
+                return sent()
+
+        def sent():
             nonlocal attempts, throttled, timeouts, down_since
             attempts += 1
             reservation = self.limiter.acquire(endpoint.key, model, reserved, prompt_key)
             try:
                 raw = send(client)
             except openai.OpenAIError as err:
+                if is_context_overflow(err) and (context := overflow_context(err)) is not None:
+                    self.contexts[f"{endpoint.key}:{model}"] = context
                 timeouts += isinstance(err, openai.APITimeoutError)
                 throttled += isinstance(err, openai.APIStatusError) and err.status_code == 429
                 if down_since is None and is_unavailable(err):
@@ -780,3 +827,48 @@ def quoted_reply(gateway: Gateway, reply: str) -> dict:
     """The unreadable reply as the assistant turn of a retry, cut to QUOTED_REPLY_TOKENS."""
     quoted = gateway.counter.truncate(reply, QUOTED_REPLY_TOKENS)
     return {"role": "assistant", "content": quoted + (" [...]" if quoted != reply else "")}
+
+
+_CONTEXT_SAID = (
+    re.compile(r"maximum context length is (\d+)"),  # OpenAI, vLLM
+    re.compile(r"context window of (\d+)"),  # llama-cpp-python
+    re.compile(r"context size \((\d+) tokens\)"),  # llama.cpp's server
+    re.compile(r"n_ctx[^\d]{0,12}(\d+)"),
+)
+
+
+def overflow_context(err: BaseException) -> int | None:
+    """The context an overflow reply names, in tokens; None where it names none."""
+    body = getattr(err, "body", None)
+    said = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(said, dict) and isinstance(said.get("n_ctx"), int):  # llama.cpp says it apart
+        return said["n_ctx"]
+    text = str(getattr(err, "message", err))
+    for pattern in _CONTEXT_SAID:
+        if found := pattern.search(text):
+            return int(found.group(1))
+    return None
+
+
+def server_facts(base_url: str, timeout_s: float = 5.0) -> ServerFacts:
+    """Ask a self-hosted server what it is: llama.cpp's ``/props`` (total_slots, n_ctx), else
+    vLLM's ``/v1/models`` (max_model_len). Nothing answered: nothing reported."""
+    import urllib.request
+
+    root = re.sub(r"/v1/?$", "", base_url.rstrip("/"))
+    for url in (f"{root}/props", f"{base_url.rstrip('/')}/models"):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as reply:  # noqa: S310 - the configured server
+                data = json.loads(reply.read())
+        except (OSError, ValueError):
+            continue
+        if url.endswith("/props") and isinstance(data, dict):
+            settings = data.get("default_generation_settings") or {}
+            context = data.get("n_ctx") or settings.get("n_ctx")
+            if data.get("total_slots") or context:
+                return ServerFacts(data.get("total_slots"), context, "/props")
+        models = data.get("data") if isinstance(data, dict) else None
+        lengths = [int(m["max_model_len"]) for m in models or [] if isinstance(m, dict) and m.get("max_model_len")]
+        if lengths:
+            return ServerFacts(None, min(lengths), "/v1/models max_model_len")
+    return ServerFacts()

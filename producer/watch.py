@@ -25,6 +25,7 @@ from producer.state import RunState, cost_report, usd_text
 from workers import keys
 from workers.batches import batch_summary
 from workers.circuit import outage_text
+from workers.limiter import slots_text
 from workers.runtime import Runtime
 from workers.settings import Settings
 from workers.store import get_model
@@ -91,6 +92,8 @@ class Watch:
                     continue
                 self._outage(view, outages, expected - finished)
                 line = f"ranking{self.summary}{self.batches}" + (f"; {self.down}" if self.down else "")
+                if slots := slots_text(self.runs.runtime.limiter.slots.in_use()):
+                    line += f"; {slots}"
                 view.update(bar, completed=finished, total=expected, description=line)
                 if done or (deadline and time.monotonic() > deadline):
                     down = time.monotonic() - self.down_from if self.down else 0.0

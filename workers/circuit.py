@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from datetime import UTC, datetime
 
 import redis
@@ -85,3 +85,39 @@ def outage_text(outages: Sequence[tuple[str, Outage]]) -> str:
     ordered = sorted(outages, key=lambda found: found[1].since)
     since = datetime.fromtimestamp(ordered[0][1].since, UTC).strftime("%H:%M:%S UTC")
     return f"provider unavailable since {since} ({', '.join(url for url, _ in ordered)})"
+
+
+class LearnedContexts(MutableMapping[str, int]):
+    """The contexts self-hosted servers turned out to have ("<endpoint>:<model>" -> tokens),
+    learned from their overflow replies: in Redis for the fleet and the next run, else here."""
+
+    def __init__(self, client: redis.Redis | None = None):
+        self.client = client
+        self._here: dict[str, int] = {}
+
+    def __getitem__(self, key: str) -> int:
+        if self.client is None:
+            return self._here[key]
+        value = self.client.hget(keys.LLM_CONTEXTS, key)
+        if value is None:
+            raise KeyError(key)
+        return int(value)
+
+    def __setitem__(self, key: str, value: int) -> None:
+        if self.client is None:
+            self._here[key] = value
+        else:
+            self.client.hset(keys.LLM_CONTEXTS, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        if self.client is None:
+            del self._here[key]
+        else:
+            self.client.hdel(keys.LLM_CONTEXTS, key)
+
+    def __iter__(self) -> Iterator[str]:
+        names = self._here if self.client is None else self.client.hkeys(keys.LLM_CONTEXTS)
+        return iter([_str(n) for n in names])
+
+    def __len__(self) -> int:
+        return len(self._here) if self.client is None else int(self.client.hlen(keys.LLM_CONTEXTS))

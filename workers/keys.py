@@ -35,6 +35,25 @@ def limiter_sum(name: str, kind: str) -> str:
     return f"{LIMITER_PREFIX}:{name}:{kind}:sum"
 
 
+# A (endpoint, model)'s slots (PRISM_LLM_CONCURRENCY): the requests in flight, each a holder with
+# its lease's end as score (a killed worker's slot comes back when its lease lapses), and the cap,
+# for `prism status`. Both expire a while after the last request.
+SLOT_LEASE_S = 30.0  # renewed every third of it while its request runs
+
+
+def slots(name: str) -> str:
+    return f"prism:slots:{name}"
+
+
+def slots_cap(name: str) -> str:
+    return f"prism:slots:{name}:cap"
+
+
+# What a self-hosted server's context turned out to be, learned from its overflow replies, by
+# "<endpoint>:<model>": kept for the endpoint, so later requests and runs fit it.
+LLM_CONTEXTS = "prism:llm:contexts"
+
+
 # The hot LLM response cache; entries expire after PRISM_CACHE_HOT_TTL_S.
 CACHE_PREFIX = "prism:cache:"
 

@@ -26,7 +26,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from prism.endpoints import ModelLimits, Rate, parse_rate
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # the client is given: settings load this module's ModelLimit
     import redis
 
 EDGE_S = 0.1  # how much longer than its window an entry is kept
+SLOT_POLL_S = 0.05  # how often a request waiting for a slot asks again
 
 
 # KEYS: a log and its sum per limit; ARGV: the entry's id, "force" or "", then per limit its
@@ -201,6 +203,75 @@ class WarmMarks:
             self._local.pop(keys.prompt_warming(key), None)
 
 
+# KEYS: the holders and the cap key; ARGV: the holder, the cap, the lease (ms). 1: the slot is
+# held (taken now, or renewed); 0: every slot is in use.
+_SLOT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('SET', KEYS[2], ARGV[2], 'PX', lease * 4)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], lease * 4)
+  return 1
+end
+return 0
+"""
+
+
+class RedisSlots:
+    """Each (endpoint, model)'s requests in flight, for the whole fleet: leases in Redis."""
+
+    def __init__(self, client: redis.Redis):
+        self.client = client
+        self._take = client.register_script(_SLOT)
+
+    def take(self, name: str, holder: str, cap: int) -> bool:
+        lease_ms = int(keys.SLOT_LEASE_S * 1000)
+        return bool(self._take(keys=[keys.slots(name), keys.slots_cap(name)], args=[holder, cap, lease_ms]))
+
+    def release(self, name: str, holder: str) -> None:
+        self.client.zrem(keys.slots(name), holder)
+
+    def in_use(self) -> dict[str, tuple[int, int]]:
+        """name -> (slots held, cap), of every capped (endpoint, model) in use lately."""
+        out = {}
+        for key in self.client.scan_iter(match=keys.slots("*:cap")):
+            name = (key.decode() if isinstance(key, bytes) else key).removeprefix(keys.slots("")).removesuffix(":cap")
+            held = self.client.zcount(keys.slots(name), time.time() * 1000, "+inf")
+            out[name] = (int(held), int(self.client.get(key) or 0))
+        return out
+
+
+class LocalSlots:
+    """The same in this process, for an embedded run."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, dict[str, float]] = {}  # name -> holder -> its lease's end
+        self._caps: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def take(self, name: str, holder: str, cap: int) -> bool:
+        with self._lock:
+            now, held = time.monotonic(), self._held.setdefault(name, {})
+            for gone in [h for h, end in held.items() if end <= now]:
+                del held[gone]
+            self._caps[name] = cap
+            if holder in held or len(held) < cap:
+                held[holder] = now + keys.SLOT_LEASE_S
+                return True
+            return False
+
+    def release(self, name: str, holder: str) -> None:
+        with self._lock:
+            self._held.get(name, {}).pop(holder, None)
+
+    def in_use(self) -> dict[str, tuple[int, int]]:
+        with self._lock:
+            return {name: (len(held), self._caps[name]) for name, held in self._held.items()}
+
+
 class FleetLimiter:
     def __init__(
         self,
@@ -212,6 +283,9 @@ class FleetLimiter:
         warmup_ttl_s: int = 600,
     ):
         self.windows = RedisWindows(client) if client is not None else LocalWindows()
+        self.slots = RedisSlots(client) if client is not None else LocalSlots()
+        self._leases: dict[tuple[str, str], int] = {}  # (name, holder) -> cap, renewed while held
+        self._renewer: threading.Thread | None = None
         self.max_block_s = max_block_s
         self.rates: dict[str, dict[str, Rate]] = {}
         for model, spec in limits.items():
@@ -225,6 +299,44 @@ class FleetLimiter:
         self.marks = WarmMarks(client)
         self.warmup_ttl_s = warmup_ttl_s  # a warm-up claim lapses after this, should its holder die
         self._warming: dict[str, int] = {}  # key -> the thread that holds its warm-up
+
+    @contextmanager
+    def slot(self, endpoint: str, model: str, cap: int) -> Iterator[None]:
+        """Hold one of the (endpoint, model)'s ``cap`` slots while the request runs (0: no cap),
+        waiting up to ``max_block_s``; a longer wait raises RateLimited, so the job steps aside
+        and comes back, holding no worker thread. The lease is renewed while held."""
+        if not cap:
+            yield
+            return
+        name, holder, started = f"{endpoint}:{model}", uuid.uuid4().hex, time.monotonic()
+        while not self.slots.take(name, holder, cap):
+            if time.monotonic() - started + SLOT_POLL_S > self.max_block_s:
+                self.waited_s += time.monotonic() - started
+                raise RateLimited(max(1.0, self.max_block_s), f"all {cap} slot(s) of {endpoint} ({model}) in use")
+            time.sleep(SLOT_POLL_S)
+        self.waited_s += time.monotonic() - started
+        self._renewing(name, holder, cap)
+        try:
+            yield
+        finally:
+            self._leases.pop((name, holder), None)
+            self.slots.release(name, holder)
+
+    def _renewing(self, name: str, holder: str, cap: int) -> None:
+        """Keep the lease while its request runs: one thread renews every held slot of this process."""
+        self._leases[(name, holder)] = cap
+        if self._renewer is None or not self._renewer.is_alive():
+            self._renewer = threading.Thread(target=self._renew, name="prism-slot-leases", daemon=True)
+            self._renewer.start()
+
+    def _renew(self) -> None:
+        while True:
+            time.sleep(keys.SLOT_LEASE_S / 3)
+            for (name, holder), cap in list(self._leases.items()):
+                try:
+                    self.slots.take(name, holder, cap)
+                except Exception:  # noqa: BLE001 - Redis away a moment: the next round tries again
+                    continue
 
     def _rates(self, model: str) -> dict[str, Rate]:
         return self.rates.get(model) or self.rates.get("*") or {}
@@ -297,3 +409,12 @@ class FleetLimiter:
             behind = counted - self.windows.used(name, kind)
             if behind > 0:  # the provider counts more than we do: take the difference
                 self.windows.take(name, [(kind, rate, min(behind, rate.amount))], uuid.uuid4().hex, force=True)
+
+
+def slots_text(in_use: Mapping[str, tuple[int, int]]) -> str:
+    """'LLM slots 1/1 (http://host:8080/v1 smollm2)': each capped (endpoint, model) lately in use."""
+    shown = [
+        f"{held}/{cap} ({name.split(':', 1)[-1].rsplit(':', 1)[0]} {name.rsplit(':', 1)[-1]})"
+        for name, (held, cap) in sorted(in_use.items())
+    ]
+    return f"LLM slots {', '.join(shown)}" if shown else ""

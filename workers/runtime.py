@@ -28,7 +28,7 @@ from workers import keys, metrics, priors
 from workers.batches import BatchDriver, BatchLimits, StoreBatchQueue, TickLock
 from workers.budget import RunBudget
 from workers.cache import TieredCache
-from workers.circuit import Circuits
+from workers.circuit import Circuits, LearnedContexts
 from workers.corpus import Corpus
 from workers.inputs import FilingInput, as_chunk_input
 from workers.ledger import Ledger, MemoryProgress, Progress, RedisProgress
@@ -118,7 +118,17 @@ class Runtime:
         if s.cache:
             cache = TieredCache(self.redis, self.store(s.cache_uri or s.results), s.cache_hot_ttl_s, s.cache_ttl_s)
         prices = PriceTable.load(s.prices_file)
-        return Gateway(s.endpoints(), prices, s.retry_policy(), self.limiter, cache, s.request_options(), self.circuits)
+        return Gateway(
+            s.endpoints(),
+            prices,
+            s.retry_policy(),
+            self.limiter,
+            cache,
+            s.request_options(),
+            self.circuits,
+            concurrency=s.llm_concurrency,
+            contexts=LearnedContexts(self.redis),
+        )
 
     @cached_property
     def progress(self) -> Progress | None:

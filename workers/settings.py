@@ -8,10 +8,10 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import AliasChoices, BaseModel, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -108,6 +108,11 @@ class Settings(BaseSettings, RunOptions):
     redis_url: str | None = option(None, "the limiter's, the hot cache's and the budgets' Redis; unset: the broker")
     llm_limits: dict[str, ModelLimits] = option(
         {}, 'per model ("*": any), JSON: {"gpt-5": {"requests": "500/minute", "tokens": "2000000/minute"}}'
+    )
+    llm_concurrency: dict[str, Annotated[int, Field(ge=0)]] = option(
+        {},
+        'requests in flight at once per model ("*": any), across the fleet, JSON: {"*": 4}; 0: no cap; '
+        "unset: none for a hosted API, the server's own slots (llama.cpp /props) or 1 for a server a team runs",
     )
     limiter_max_block_s: float = option(5.0, "the longest wait inside a task; longer ones give the worker back", ge=0)
     check_system_prompt: bool = option(

@@ -181,7 +181,8 @@ def s3_client(endpoint: str):
 def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | None, **extra: str) -> dict[str, str]:
     """This process's environment without PRISM_/OPENAI_ settings, pointed at the given parts.
     With an LLM, documents go to it alone (PRISM_DOC_RANKER=llm) unless ``extra`` says otherwise:
-    tests and benchmarks of the fleet measure the LLM path."""
+    tests and benchmarks of the fleet measure the LLM path. The simulator stands for a hosted
+    provider there (many requests at once), so it gets no concurrency cap unless ``extra`` gives one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRISM_", "OPENAI_"))}
     env |= S3_KEYS | {"PYTHONUNBUFFERED": "1"}
     if redis_url:
@@ -194,6 +195,7 @@ def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | Non
             "PRISM_LLM_API_KEY": "sk-test",
             "PRISM_LLM_BACKOFF_CAP_S": "2",
             "PRISM_DOC_RANKER": "llm",
+            "PRISM_LLM_CONCURRENCY": '{"*": 0}',
         }
     return env | extra
 

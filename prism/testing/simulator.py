@@ -33,10 +33,13 @@ import hashlib
 import json
 import random
 import re
+import select
+import socket
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -98,6 +101,12 @@ class SimulatorConfig:
     overflow_error: str = "openai"  # or "llama.cpp": the shape of the context-overflow error
     cache: CacheModel | None = field(default_factory=CacheModel)  # None: no prompt caching
     reasoning_share: dict[str, float] | None = None  # effort -> reasoning tokens per prompt token
+    # A self-hosted server's slots: at most this many chat requests computed at once, the rest
+    # queued in arrival order, and an answer whose client has left still computed to its end (as
+    # llama.cpp does). None: as many as come. ``props``: say the slots and context at /props
+    # (llama.cpp's C++ server does; llama-cpp-python does not).
+    slots: int | None = None
+    props: bool = False
 
 
 @dataclass
@@ -133,6 +142,7 @@ class Simulator:
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
         self.batch = BatchApi(self.answer)  # /v1/files and /v1/batches
+        self._gate: tuple[int, threading.Semaphore] | None = None  # the slots, made for config.slots
 
     def clear_caches(self) -> None:
         """Cold caches, as on a night after the provider's retention has passed."""
@@ -170,6 +180,42 @@ class Simulator:
             raise ValueError(f"unknown outage kind {kind!r}; known: {OUTAGES}")
         with self._lock:
             self._outage = _Outage(kind, seconds, self.stats["requests"] + after) if seconds > 0 else None
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """One of the server's slots, waited for in arrival order (none: as many as come)."""
+        slots = self.config.slots
+        if not slots:
+            yield
+            return
+        with self._lock:
+            if self._gate is None or self._gate[0] != slots:
+                self._gate = (slots, threading.Semaphore(slots))
+            gate = self._gate[1]
+        with self._lock:
+            self.stats["in_flight"] += 1
+        try:
+            with gate:
+                yield
+        finally:
+            with self._lock:
+                self.stats["in_flight"] -= 1
+
+    def computed(self, seconds: float, read: bool) -> None:
+        """A slot's time on one answer, and whether its client was still there to read it."""
+        with self._lock:
+            self.stats["busy_ms"] += round(seconds * 1000)
+            self.stats["useful_ms" if read else "abandoned_ms"] += round(seconds * 1000)
+            self.stats["answered" if read else "abandoned"] += 1
+
+    def props(self) -> dict | None:
+        """llama.cpp's /props, where this server says it (config.props)."""
+        if not self.config.props:
+            return None
+        return {
+            "total_slots": self.config.slots or 1,
+            "default_generation_settings": {"n_ctx": self.config.context_tokens},
+        }
 
     def down(self) -> str | None:
         """The outage's kind while the simulator is down, counted as refused; else None."""
@@ -552,6 +598,17 @@ def _batch_route(path: str) -> bool:
     return bool(re.search(r"/(files|batches)(/|\?|$)", path))
 
 
+def _waiting(connection: socket.socket) -> bool:
+    """The client is still there: its connection is not closed."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return True
+    try:
+        return bool(connection.recv(1, socket.MSG_PEEK))
+    except OSError:
+        return False
+
+
 def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -561,6 +618,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 return
             if _batch_route(self.path):
                 self._send_batch("GET", b"")
+            elif self.path.rstrip("/") == "/props" and (props := sim.props()) is not None:
+                self._send(200, props)
             elif self.path.rstrip("/").endswith("/models"):
                 self._send(200, {"object": "list", "data": [{"id": "simulator", "object": "model"}]})
             else:
@@ -583,9 +642,13 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 self._send(400, _error("body is not JSON", None))
                 return
             answer = sim.embeddings if route.endswith("/embeddings") else sim.answer
-            status, payload, headers, delay = answer(body)
-            if delay:
-                time.sleep(delay)
+            with sim.slot():
+                status, payload, headers, delay = answer(body)
+                started = time.monotonic()
+                if delay:
+                    time.sleep(delay)
+                if sim.config.slots:
+                    sim.computed(time.monotonic() - started, _waiting(self.connection))
             self._send(status, payload, headers)
 
         def _down(self, length: int = 0) -> bool:
@@ -637,6 +700,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fault", action="append", default=[], metavar="KIND=RATE", help=f"KIND in {FAULTS}")
     parser.add_argument("--context", type=int, default=None, help="the model's context, in tokens")
+    parser.add_argument("--slots", type=int, default=None, help="requests computed at once; the rest queue (llama.cpp)")
+    parser.add_argument("--props", action="store_true", help="say the slots and context at /props, as llama.cpp does")
     parser.add_argument("--reads-cap", choices=("both", "max_tokens", "max_completion_tokens"), default="both")
     parser.add_argument("--runaway", action="store_true", help="every reply generates up to the cap or the context")
     parser.add_argument("--tokens-per-s", type=float, default=None, help="generation speed")
@@ -652,6 +717,8 @@ def main(argv: list[str] | None = None) -> None:
         args.seed,
         rates,
         context_tokens=args.context,
+        slots=args.slots,
+        props=args.props,
         reads_cap=("max_completion_tokens", "max_tokens") if args.reads_cap == "both" else (args.reads_cap,),
         runaway=args.runaway,
         tokens_per_s=args.tokens_per_s,

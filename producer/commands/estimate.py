@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from producer.commands.common import SAID_LINES, CorpusOpt, QuestionsOpt, count
+from producer.commands.common import SAID_LINES, CorpusOpt, QuestionsOpt, console, count
 from producer.flags import flags, settings_with
 from producer.spec import RunError
 from workers.settings import Settings
@@ -41,8 +41,10 @@ def estimate(
         raise RunError(f"{input}: give INPUT or --questions, not both")
     if questions is None and input is None:
         raise RunError("give a rows file (INPUT), or a question set over a corpus (--questions Q --corpus C)")
+    from producer.servers import fit_servers
+
     settings = settings_with(options)
-    config = settings.run_config()
+    config = fit_servers(settings.run_config(), settings, console.print)
     out = Console(soft_wrap=True)
     if questions is not None and corpus is not None:
         result = _question_set(out, questions, corpus, settings, config, reasoning_share)

@@ -29,6 +29,7 @@ def status(run_id: str, **options: Any) -> None:
     from producer.state import RunState, cost_report, usd_text
     from workers.batches import batch_summary
     from workers.circuit import outage_text
+    from workers.limiter import slots_text
 
     runs = open_runs(settings_with(options))
     store, manifest = runs.refresh(run_id, None)
@@ -56,6 +57,8 @@ def status(run_id: str, **options: Any) -> None:
     Console().print(table)
     if running and (outages := runs.runtime.outages()):
         Console().print(f"{outage_text(outages)}, {pending} jobs waiting", highlight=False)
+    if running and (slots := slots_text(runs.runtime.limiter.slots.in_use())):
+        Console().print(slots, highlight=False)
     if manifest.config.via == "batch":
         Console().print(batch_summary(store, run_id), highlight=False)
 

@@ -112,6 +112,7 @@ def run_spec(
     """What the run is asked to do, checked: its input, its config with the models it pins, and
     for `--new` the run it starts from."""
     from producer.runs import check_run_id, new_run_id
+    from producer.servers import fit_servers
     from workers.priors import with_examples, with_prior
 
     if (questions is None) != (corpus is None):
@@ -124,7 +125,7 @@ def run_spec(
         from producer.sample import ingest_sample
 
         questions, corpus = ingest_sample(settings, console)
-    config = with_examples(with_prior(settings.run_config(), settings), settings)
+    config = fit_servers(with_examples(with_prior(settings.run_config(), settings), settings), settings, console.print)
     spec = RunSpec(
         run_id=check_run_id(run_id) if run_id else new_run_id(),
         input=questions or input or "",

