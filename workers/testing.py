@@ -16,6 +16,7 @@ from pathlib import Path
 
 import redis
 
+from prism.options import RunOptions
 from workers import keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,7 +183,9 @@ def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | Non
     """This process's environment without PRISM_/OPENAI_ settings, pointed at the given parts.
     With an LLM, documents go to it alone (PRISM_DOC_RANKER=llm) unless ``extra`` says otherwise:
     tests and benchmarks of the fleet measure the LLM path. The simulator stands for a hosted
-    provider there (many requests at once), so it gets no concurrency cap unless ``extra`` gives one."""
+    provider there (many requests at once, a large context), so it gets no concurrency cap and the
+    default segment budget unless ``extra`` says otherwise: a loopback URL is otherwise taken for a
+    server a team runs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRISM_", "OPENAI_"))}
     env |= S3_KEYS | {"PYTHONUNBUFFERED": "1"}
     if redis_url:
@@ -196,6 +199,7 @@ def fleet_env(redis_url: str | None, s3_endpoint: str | None, llm_url: str | Non
             "PRISM_LLM_BACKOFF_CAP_S": "2",
             "PRISM_DOC_RANKER": "llm",
             "PRISM_LLM_CONCURRENCY": '{"*": 0}',
+            "PRISM_SEGMENT_TOKENS": str(RunOptions.model_fields["segment_tokens"].default),
         }
     return env | extra
 
