@@ -52,6 +52,8 @@ def llamacpp_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("llamacpp") / "server.log"
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--n_ctx", str(CONTEXT)]
+    # less memory and faster than its defaults; a second request queues instead of cutting off the first
+    cmd += ["--logits_all", "false", "--flash_attn", "true", "--interrupt_requests", "false"]
     with open(log, "wb") as out:
         server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
@@ -102,7 +104,11 @@ def test_a_question_set_on_a_one_slot_server_needs_no_setting_but_its_url(llamac
 
     url, model = llamacpp_server
     env = fleet_env(None, None, url, PRISM_LLM_MODEL=model, PRISM_RESULTS=str(tmp_path / "results"))
-    for name in ("PRISM_LLM_CONCURRENCY", "PRISM_DOC_RANKER"):  # the defaults, as a user has them
+    for name in (
+        "PRISM_LLM_CONCURRENCY",
+        "PRISM_SEGMENT_TOKENS",
+        "PRISM_DOC_RANKER",
+    ):  # the defaults, as a user has them
         env.pop(name, None)
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join((SAMPLE / "questions.jsonl").read_text().splitlines(keepends=True)[:4]))
@@ -111,6 +117,7 @@ def test_a_question_set_on_a_one_slot_server_needs_no_setting_but_its_url(llamac
     done = prism_cli(args, env, tmp_path, timeout=1700)
     assert done.returncode in (0, 3), done.stderr[-3000:]
     assert "1 request(s) at a time, from the default for a server that reports no slots" in done.stderr
+    assert "a context of 4,096 (a conservative default for a server that reports none)" in done.stderr
     base = tmp_path / "results" / "runs" / "q4"
     manifest, cost = (json.loads((base / name).read_text()) for name in ("manifest.json", "cost.json"))
     assert manifest["counts"]["failed"] == 0 and cost["total"]["timeouts"] == 0
