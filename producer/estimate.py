@@ -61,11 +61,12 @@ class PlannedQuestion:
     error: str | None = None
 
 
-def plan_question(
+def planned_by_prior(
     question: Question, view: CorpusView, prior: DocPrior, config: RunConfig, corpus: str
 ) -> PlannedQuestion:
-    """The filings the planning task would choose for a question, its filing types scored by the
-    prior. As there, a scope with no filing pays for no document ranking."""
+    """The filings the planning task would choose for a question: the same two steps of
+    prism.planning (in_scope, choose), its filing types scored by the prior where the task may
+    ask an LLM. As there, a scope with no filing pays for no document ranking."""
     scoped = in_scope(question, view)
     scores = prior.form_scores(question.question) if scoped.pool else {}
     choices, _, error = choose(question, scoped, scores, config, view, corpus)
@@ -89,7 +90,7 @@ def plan_questions(
         if isinstance(item, InputFileError | RowError):
             bad.append(invalid_failure("estimate", questions, item).error)
             continue
-        planned.append(plan_question(item, view, prior, config, corpus.store.uri))
+        planned.append(planned_by_prior(item, view, prior, config, corpus.store.uri))
         if config.limit and len(planned) >= config.limit:
             break
     return planned, bad

@@ -103,13 +103,10 @@ def test_a_question_set_on_a_one_slot_server_needs_no_setting_but_its_url(llamac
     from producer.sample import SAMPLE
 
     url, model = llamacpp_server
-    env = fleet_env(None, None, url, PRISM_LLM_MODEL=model, PRISM_RESULTS=str(tmp_path / "results"))
-    for name in (
-        "PRISM_LLM_CONCURRENCY",
-        "PRISM_SEGMENT_TOKENS",
-        "PRISM_DOC_RANKER",
-    ):  # the defaults, as a user has them
-        env.pop(name, None)
+    # the settings a user has: the URL and the model, nothing else
+    env = fleet_env(
+        None, None, None, PRISM_LLM_BASE_URL=url, PRISM_LLM_MODEL=model, PRISM_RESULTS=str(tmp_path / "results")
+    )
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join((SAMPLE / "questions.jsonl").read_text().splitlines(keepends=True)[:4]))
     assert prism_cli(["ingest", str(SAMPLE / "filings"), "--corpus", "corpus"], env, tmp_path).returncode == 0

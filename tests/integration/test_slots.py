@@ -138,6 +138,7 @@ def test_a_run_fits_its_segments_to_the_servers_context_and_says_its_cap(tmp_pat
         PRISM_CHUNK_RANKER="llm",
         PRISM_CHECK_SYSTEM_PROMPT="false",
     )
+    del env["PRISM_SEGMENT_TOKENS"]  # fitted to the server, as a user who sets none has it
     assert prism_cli(["ingest", str(SAMPLE / "filings"), "--corpus", "corpus"], env, tmp_path).returncode == 0
     run = ["run", "--questions", str(SAMPLE / "questions.jsonl"), "--corpus", "corpus", "--limit", "1"]
     done = prism_cli([*run, "--run-id", "fitted"], env, tmp_path, timeout=300)

@@ -20,7 +20,7 @@ from prism.questions import Question, Scope
 from prism.rankers import asks_llm
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare
-from producer.estimate import estimate_questions, plan_question, read_rows
+from producer.estimate import estimate_questions, planned_by_prior, read_rows
 from producer.ingest import ingest_source
 from producer.spec import RunError
 from workers.corpus import Corpus
@@ -69,7 +69,9 @@ VIEW = CorpusView(
 
 def _plan(question: str, config: RunConfig, prior, filings: int = 1, **scope):
     config = config.model_copy(update={"filings_per_question": filings})
-    return plan_question(Question(id="q1", question=question, scope=Scope(**scope), line=3), VIEW, prior, config, "c")
+    return planned_by_prior(
+        Question(id="q1", question=question, scope=Scope(**scope), line=3), VIEW, prior, config, "c"
+    )
 
 
 @pytest.fixture(scope="module")
