@@ -24,10 +24,14 @@ archive and the corpus are local paths: no S3 server takes part.
     disk_bytes_written_ratio  on 2 workers: the bytes the producer (this process, over the
                               ingest) and the workers (their whole lives, less their log files:
                               stdout, which a deployment hands to its log collector) sent to the
-                              block layer (/proc/PID/io write_bytes), over the corpus folder's
-                              bytes on disk (whole 4 KiB blocks, as the block layer writes them);
-                              a line before the last gives it over the files' own bytes, and
-                              by write calls (wchar)
+                              block layer (/proc/PID/io write_bytes less cancelled_write_bytes:
+                              the pages they dirtied, their files', directories' and inodes',
+                              less those of files deleted before they were written back), over
+                              the same count for writing the finished corpus once (copied by
+                              this process, file by file, on the same file system): 1 is an
+                              ingest that wrote nothing but its corpus, once. A line before the
+                              last gives it over the corpus's bytes as `du` counts them, over
+                              its files' own bytes, and by write calls (wchar)
     reingest_same_archive_tasks  tasks sent by a second ingest of the same archive into the
                               1-worker corpus (summary.sources - summary.skipped): 0 expected
     filtered_members_opened   with `--forms 10-K` into fresh corpora (on the 1-worker fleet),
@@ -183,7 +187,7 @@ class Sample:
 
     pool_rss_mb: list[float] = field(default_factory=list)  # each pool process's peak RSS
     main_rss_mb: list[float] = field(default_factory=list)  # each worker's main process
-    write_bytes: int = 0
+    write_bytes: int = 0  # net of cancelled_write_bytes: pages dirtied, less those deleted before writeback
     wchar: int = 0
     cpu_s: float = 0.0
 
@@ -219,7 +223,7 @@ class Workers:
                 except OSError:
                     continue
                 (found.main_rss_mb if pid == worker.proc.pid else found.pool_rss_mb).append(rss)
-                found.write_bytes += io["write_bytes"]
+                found.write_bytes += io["write_bytes"] - io["cancelled_write_bytes"]
                 found.wchar += io["wchar"]
                 found.cpu_s += cpu
         return found
@@ -235,13 +239,47 @@ def folder_bytes(folder: Path) -> int:
 
 
 def disk_bytes(folder: Path) -> int:
-    """The folder's files as the disk holds them: whole blocks (a 1 KB file takes 4 KiB, and
-    costs 4 KiB of block-layer writes)."""
-    return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file())
+    """The folder as the disk holds it, as `du` counts it: whole blocks of its files and of its
+    directories (a 1 KB file takes 4 KiB, and so does a folder of a few entries)."""
+    return sum(p.lstat().st_blocks * 512 for p in (folder, *folder.rglob("*")))
 
 
 def disk_bytes_of(paths) -> int:
     return sum(p.stat().st_blocks * 512 for p in paths)
+
+
+def written_once(folder: Path, to: Path) -> int:
+    """The block-layer bytes of writing ``folder`` once, by plain reads and writes into ``to``
+    on the same file system: its files, directories and inodes, as the ingest pays them."""
+    before = io_of()
+    shutil.copytree(folder, to, copy_function=lambda src, dst: Path(dst).write_bytes(Path(src).read_bytes()))
+    after = io_of()
+    return (after["write_bytes"] - before["write_bytes"]) - (
+        after["cancelled_write_bytes"] - before["cancelled_write_bytes"]
+    )
+
+
+def disk_write_ratio(corpus: Path, work: Path, before: dict[str, int], after: dict[str, int], sample: Sample) -> float:
+    """What the 2-worker ingest (the producer over it, the workers over their lives) sent to the
+    block layer, over what writing its corpus once takes; the parts said on a line."""
+    producer = {k: after[k] - before[k] for k in ("write_bytes", "cancelled_write_bytes", "wchar")}
+    producer["write_bytes"] -= producer.pop("cancelled_write_bytes")
+    # the workers' stdout goes to a file here; a deployment hands it to its log collector
+    logs = disk_bytes_of(work.glob("worker-2w-*.log"))
+    written = producer["write_bytes"] + sample.write_bytes - logs
+    wchar = producer["wchar"] + sample.wchar - logs
+    once, stored, apparent = written_once(corpus, work / "corpus-copy"), disk_bytes(corpus), folder_bytes(corpus)
+    shutil.rmtree(work / "corpus-copy")
+    print(
+        f"2 workers: corpus {stored / 1e6:.1f} MB on disk as du counts it ({apparent / 1e6:.1f} MB in its files),"
+        f" {once / 1e6:.1f} MB written to the block layer by copying it once; the ingest wrote"
+        f" {written / 1e6:.1f} MB (ratio {written / once:.3g}; over du {written / stored:.3g}, over the files' bytes"
+        f" {written / apparent:.3g}): producer {producer['write_bytes'] / 1e6:.1f} MB, workers"
+        f" {(sample.write_bytes - logs) / 1e6:.1f} MB and {logs / 1e6:.1f} MB of logs not counted;"
+        f" by write calls (wchar) {wchar / 1e6:.1f} MB (ratio {wchar / apparent:.3g} of the files' bytes)",
+        flush=True,
+    )
+    return written / once
 
 
 def timed_ingest(day: Day, corpus: Path, chosen: Filter = Filter()) -> tuple[IngestSummary, float]:
@@ -357,21 +395,7 @@ def main() -> None:
                     flush=True,
                 )
                 if workers == 2:
-                    stored, apparent = disk_bytes(corpus), folder_bytes(corpus)
-                    producer = {k: after[k] - before[k] for k in ("write_bytes", "wchar")}
-                    # the workers' stdout goes to a file here; a deployment hands it to its log collector
-                    logs = disk_bytes_of(work.glob(f"worker-{workers}w-*.log"))
-                    written = producer["write_bytes"] + sample.write_bytes - logs
-                    wchar = producer["wchar"] + sample.wchar - logs
-                    write_ratio = written / stored
-                    print(
-                        f"2 workers: corpus {stored / 1e6:.1f} MB on disk ({apparent / 1e6:.1f} MB in its files);"
-                        f" written to the block layer {written / 1e6:.1f} MB (ratio {write_ratio:.3g}; over the files'"
-                        f" bytes {written / apparent:.3g}): producer {producer['write_bytes'] / 1e6:.1f} MB, workers"
-                        f" {(sample.write_bytes - logs) / 1e6:.1f} MB and {logs / 1e6:.1f} MB of logs not counted;"
-                        f" by write calls (wchar) {wchar / 1e6:.1f} MB (ratio {wchar / apparent:.3g} of the files' bytes)",
-                        flush=True,
-                    )
+                    write_ratio = disk_write_ratio(corpus, work, before, after, sample)
     finally:
         for fleet in fleets:
             fleet.stop()

@@ -127,17 +127,21 @@ class Corpus:
 
     def checkpoint(self, since: IngestSummary) -> None:
         """What an ingest did since its last checkpoint, kept as one small record (the manifest
-        is not rewritten): an ingest cut short is read back from these by the next one."""
-        if since.done_sources or since.failed_sources or since.heads:
-            part = Journal(done_sources=since.done_sources, failed_sources=since.failed_sources, heads=since.heads)
-            put_model(self.store, f"{JOURNAL}{time.time_ns()}-{uuid.uuid4().hex[:8]}.json", part)
+        is not rewritten): an ingest cut short is read back from these by the next one. The
+        sources alone: their filings' heads are stored already, and read back only then."""
+        if since.done_sources or since.failed_sources:
+            part = Journal(done_sources=since.done_sources, failed_sources=since.failed_sources)
+            self.store.put(f"{JOURNAL}{time.time_ns()}-{uuid.uuid4().hex[:8]}.json", part.model_dump_json().encode())
 
     def recovered(self) -> CorpusManifest:
-        """The manifest with the checkpoints of an ingest that did not end folded in."""
+        """The manifest with the checkpoints of an ingest that did not end folded in, each done
+        source's filings as their stored heads have them."""
         manifest = self.manifest()
         for key in sorted(self.store.keys(JOURNAL)):
             part = get_model(self.store, key, Journal)
-            done = IngestSummary(done_sources=part.done_sources, failed_sources=part.failed_sources, heads=part.heads)
+            ids = {fid for entry in part.done_sources.values() for fid in entry.filings}
+            heads = {fid: head for fid in sorted(ids) if (head := self.head(fid)) is not None}
+            done = IngestSummary(done_sources=part.done_sources, failed_sources=part.failed_sources, heads=heads)
             manifest = self._apply(manifest, done)
         return manifest
 
@@ -250,7 +254,6 @@ class Journal(BaseModel):
 
     done_sources: dict[str, SourceEntry] = {}
     failed_sources: dict[str, str] = {}
-    heads: dict[str, FilingEntry] = {}
 
 
 def failed_source(corpus: Corpus, uri: str, reason: str) -> IngestSummary:
