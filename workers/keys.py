@@ -41,6 +41,12 @@ def limiter_sum(name: str, kind: str) -> str:
 SLOT_LEASE_S = 30.0  # renewed every third of it while its request runs
 
 
+def slot_name(endpoint: str, model: str) -> str:
+    """An (endpoint, model)'s name for its slots: a space apart, as model names (Ollama's
+    "llama3:8b") and endpoint keys ("openai:http://host:8080/v1") both hold colons."""
+    return f"{endpoint} {model}"
+
+
 def slots(name: str) -> str:
     return f"prism:slots:{name}"
 

@@ -308,7 +308,7 @@ class FleetLimiter:
         if not cap:
             yield
             return
-        name, holder, started = f"{endpoint}:{model}", uuid.uuid4().hex, time.monotonic()
+        name, holder, started = keys.slot_name(endpoint, model), uuid.uuid4().hex, time.monotonic()
         while not self.slots.take(name, holder, cap):
             if time.monotonic() - started + SLOT_POLL_S > self.max_block_s:
                 self.waited_s += time.monotonic() - started
@@ -413,8 +413,5 @@ class FleetLimiter:
 
 def slots_text(in_use: Mapping[str, tuple[int, int]]) -> str:
     """'LLM slots 1/1 (http://host:8080/v1 smollm2)': each capped (endpoint, model) lately in use."""
-    shown = [
-        f"{held}/{cap} ({name.split(':', 1)[-1].rsplit(':', 1)[0]} {name.rsplit(':', 1)[-1]})"
-        for name, (held, cap) in sorted(in_use.items())
-    ]
+    shown = [f"{held}/{cap} ({name.split(':', 1)[-1]})" for name, (held, cap) in sorted(in_use.items())]
     return f"LLM slots {', '.join(shown)}" if shown else ""

@@ -19,7 +19,7 @@ from prism.pricing import PriceTable
 from prism.testing.simulator import SimulatorConfig
 from producer.sample import SAMPLE
 from workers import keys
-from workers.limiter import FleetLimiter, RedisSlots
+from workers.limiter import FleetLimiter, RedisSlots, slots_text
 from workers.testing import fleet_env, prism_cli
 
 MESSAGES = [{"role": "user", "content": "Rank these passages for the question. [1] revenue [2] risk"}]
@@ -72,14 +72,15 @@ def test_the_cap_holds_across_the_fleet_and_a_killed_workers_slot_comes_back(red
 
     client = redis.Redis.from_url(redis_url)
     monkeypatch.setattr(keys, "SLOT_LEASE_S", 1.0)
-    name = f"openai:http://127.0.0.1:1/v1:test-{time.time_ns()}"
+    endpoint, model = "openai:http://127.0.0.1:1/v1", f"test:{time.time_ns()}"  # a colon, as Ollama's models have
+    name = keys.slot_name(endpoint, model)
     assert RedisSlots(client).take(name, "a-worker-killed-mid-request", 1)  # never released
     limiter = FleetLimiter(client, {}, max_block_s=0.2)
-    endpoint, model = name.rsplit(":", 1)
     with pytest.raises(RateLimited, match=r"all 1 slot\(s\) of .* in use"):
         with limiter.slot(endpoint, model, 1):
             pass
     assert limiter.slots.in_use()[name] == (1, 1)  # what `prism status` shows
+    assert slots_text({name: (1, 1)}) == f"LLM slots 1/1 (http://127.0.0.1:1/v1 {model})"
     time.sleep(1.1)  # its lease lapses
     with limiter.slot(endpoint, model, 1):
         assert limiter.slots.in_use()[name] == (1, 1)
@@ -91,8 +92,7 @@ def test_a_long_request_keeps_its_slot_past_the_lease(redis_url, monkeypatch):
 
     client = redis.Redis.from_url(redis_url)
     monkeypatch.setattr(keys, "SLOT_LEASE_S", 0.6)
-    name = f"openai:http://127.0.0.1:2/v1:test-{time.time_ns()}"
-    endpoint, model = name.rsplit(":", 1)
+    endpoint, model = "openai:http://127.0.0.1:2/v1", f"test-{time.time_ns()}"
     holder, other = FleetLimiter(client, {}, max_block_s=0.1), FleetLimiter(client, {}, max_block_s=0.1)
     with holder.slot(endpoint, model, 1):
         time.sleep(1.5)  # well past one lease: renewed meanwhile
