@@ -76,7 +76,7 @@ def question_set(path: Path, rows: list[dict]) -> int:
 def event_questions(plan: list[dict], evidence_csv: bytes, corpus: Corpus) -> dict[str, int]:
     """The questions whose evidence is in a current report (an 8-K) or an earnings release (its
     exhibit), how many searched that filing, and how many ranked it first."""
-    forms = {fid: entry.meta.form_type for fid, entry in corpus.manifest().filings.items()}
+    forms = {fid: entry.meta.form_type for fid, entry in corpus.catalog.all_filings().items()}
     first: dict[str, str] = {}
     for row in csv.DictReader(io.StringIO(evidence_csv.decode())):
         first.setdefault(row["question_id"], row["filing_id"])
@@ -163,7 +163,7 @@ def main() -> None:
         failures = [json.loads(line) for line in results.get(f"runs/{spec.run_id}/failures.jsonl").splitlines()]
         no_filing = [f for f in failures if f["error"].startswith("no filing in scope")]
         plan = [json.loads(line) for line in results.get(f"runs/{spec.run_id}/questions.jsonl").splitlines()]
-        in_corpus = set(Corpus(corpus_store).manifest().filings)
+        in_corpus = set(Corpus(corpus_store).catalog.all_filings())
         missing = [q for q in plan if not {r["filing"] for r in q["qrels"]} & in_corpus]
         missing_no_filing = sum(1 for q in missing if not q["filings"])
         events = event_questions(plan, results.get(f"runs/{spec.run_id}/evidence.csv"), Corpus(corpus_store))

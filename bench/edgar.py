@@ -118,7 +118,7 @@ def period_matches(stored: Any, truth: str | None) -> bool:
 def _failure(corpus: Corpus, name: str) -> str:
     """Why a file gave no filing, from the corpus manifest's failures."""
     try:
-        failures = corpus.manifest().failures
+        failures = corpus.catalog.failures()
     except Exception as err:  # noqa: BLE001 - a detail line must not stop the benchmark
         return f"no manifest ({err})"
     for key, failure in failures.items():

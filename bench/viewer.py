@@ -50,7 +50,7 @@ CHROMIUM = "/usr/bin/chromium"
 def synthesize(corpus: Corpus, results: LocalStore, run_id: str, questions: int, seed: int = 7) -> None:
     """A finished question-set run of ``questions`` questions over the corpus, five rows each."""
     rng, files = random.Random(seed), RunFiles(results, run_id)
-    entries = list(corpus.manifest().filings.values())
+    entries = list(corpus.catalog.all_filings().values())
     loaded: dict[str, tuple] = {}
     plans, rows = [], []
     for i in range(questions):

@@ -467,7 +467,8 @@ class RunManifest(BaseModel):
     owner: str | None = None  # "host:pid" of the producer planning (or, embedded, running) it
     input: str  # rows, or a question set when ``corpus`` is set
     corpus: str | None = None  # the corpus a question set runs over
-    corpus_versions: str | None = None  # its filings' versions as planned: a snapshot kept in the corpus, by digest
+    corpus_version: int | None = None  # the catalogue version it was planned against (workers/catalog.py)
+    corpus_at: datetime | None = None  # the time of the catalogue's newest row then: `--new` counts the rows after it
     since: str | None = None  # a `--new` run: the last run over the corpus it starts from
     changes: dict = {}  # a `--new` run: filings and questions new or changed since then
     results: str

@@ -11,11 +11,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from prism.ingest.models import CorpusManifest, FilingMeta
+from prism.ingest.models import FilingMeta
 from prism.models import RunConfig
 from prism.periods import Choice, Period, choose_filings, resolve_period, score_filings
 from prism.questions import Question, cik_number, company_key, company_words
@@ -24,51 +25,87 @@ NO_FILING = "no filing in scope"
 
 Filings = list[tuple[str, FilingMeta]]
 CompanyId = int | str  # a CIK, or the name key of filings that carry none
+# The filings of some catalogue companies (company_of values), each with its latest version.
+Versioned = tuple[str, FilingMeta, str]
+Loader = Callable[[Sequence[str]], list[Versioned]]
+KEPT_SCOPES = 256  # the companies' filings a view keeps: the last scopes it planned
+
+
+class CompanyRow(NamedTuple):
+    """One entry of a corpus's company index: a name and ticker a company filed under."""
+
+    company: str  # company_of's value: the CIK as a number, else the name's key
+    name: str
+    ticker: str
+    cik: str
+
+
+def company_of(meta: FilingMeta) -> str:
+    """The company a filing is catalogued under: its CIK as a number, else its name's key ("" for
+    neither, reached only by an unscoped question)."""
+    cik = cik_number(meta.cik)
+    if cik is not None:
+        return str(cik)
+    return company_key(meta.company) if meta.company else ""
 
 
 class CorpusView:
-    """What planning reads of a corpus: each filing's metadata and latest version, and lookups that
-    resolve a scope's company (a CIK, a ticker, a name, or a name's first words) to its filings.
+    """What planning reads of a corpus: its company index, whole (one entry per company name and
+    ticker), and the filings of the companies a scope resolves to, loaded when asked (the last
+    KEPT_SCOPES kept). An unscoped question reads every filing through ``everything``.
 
     A company is a CIK: its filings under every name it filed as. A scope matches by CIK, then
     whole name, then ticker; failing those, by a name's first words, and only when they fit one
     company (an exact name is never lost to a longer one, "Apple" is not "Apple Hospitality")."""
 
-    def __init__(self, everything: Filings, versions: dict[str, str] | None = None) -> None:
-        self.everything, self.versions = everything, versions or {}
-        self.companies: dict[CompanyId, Filings] = {}
+    def __init__(
+        self, index: Sequence[CompanyRow], load: Loader, everything: Callable[[], Iterable[Versioned]] = lambda: ()
+    ) -> None:
+        self.load, self.all = load, everything
+        self.versions: dict[str, str] = {}
+        self.kept: OrderedDict[tuple[str, ...], Filings] = OrderedDict()
+        self.companies: dict[CompanyId, set[str]] = {}  # a company -> its catalogue values
         self.named: dict[CompanyId, str] = {}  # the name it first filed under, for messages
         self.by_key: dict[str, set[CompanyId]] = {}
         self.by_ticker: dict[str, set[CompanyId]] = {}
         self.by_prefix: dict[str, set[str]] = {}  # a key's first words -> the keys they begin
         self.names: dict[str, str] = {}  # key -> a name as filed
-        words_of = {m.company: company_words(m.company) for _, m in everything if m.company}  # once a name
+        words_of = {row.name: company_words(row.name) for row in index if row.name}  # once a name
         ciks: dict[str, set[int]] = {}
-        for _, meta in everything:
-            if meta.company and (cik := cik_number(meta.cik)) is not None:
-                ciks.setdefault("".join(words_of[meta.company]), set()).add(cik)
-        for fid, meta in everything:
-            words = words_of[meta.company] if meta.company else ()
-            key, cik = "".join(words), cik_number(meta.cik)
+        for row in index:
+            if row.name and (cik := cik_number(row.cik)) is not None:
+                ciks.setdefault("".join(words_of[row.name]), set()).add(cik)
+        for row in index:
+            words = words_of[row.name] if row.name else ()
+            key, cik = "".join(words), cik_number(row.cik)
             if cik is None and len(ciks.get(key, ())) == 1:
                 cik = next(iter(ciks[key]))  # no CIK of its own: the one company filing under its name
             company = cik if cik is not None else key
             if company == "":
-                continue  # neither a CIK nor a name: only an unscoped question reaches it
-            self.companies.setdefault(company, []).append((fid, meta))
-            if meta.ticker:
-                self.by_ticker.setdefault(meta.ticker.strip().upper(), set()).add(company)
-            if key and meta.company:
-                self.named.setdefault(company, meta.company)
-                self.names.setdefault(key, meta.company)
+                continue
+            self.companies.setdefault(company, set()).add(row.company)
+            if row.ticker:
+                self.by_ticker.setdefault(row.ticker.strip().upper(), set()).add(company)
+            if key:
+                self.named.setdefault(company, row.name)
+                self.names.setdefault(key, row.name)
                 self.by_key.setdefault(key, set()).add(company)
                 for n in range(1, len(words)):
                     self.by_prefix.setdefault("".join(words[:n]), set()).add(key)
 
     @classmethod
-    def of(cls, manifest: CorpusManifest) -> CorpusView:
-        everything = [(fid, entry.meta) for fid, entry in manifest.filings.items()]
-        return cls(everything, {fid: e.latest for fid, e in manifest.filings.items()})
+    def of_filings(cls, everything: Filings, versions: Mapping[str, str] | None = None) -> CorpusView:
+        """A view of filings held in memory (an archive's listing, tests)."""
+        versions = dict(versions or {})
+        rows = sorted({CompanyRow(company_of(m), m.company or "", m.ticker or "", m.cik or "") for _, m in everything})
+        by_company: dict[str, Filings] = {}
+        for fid, meta in everything:
+            by_company.setdefault(company_of(meta), []).append((fid, meta))
+
+        def load(companies: Sequence[str]) -> list[Versioned]:
+            return [(f, m, versions.get(f, "")) for c in companies for f, m in by_company.get(c, [])]
+
+        return cls(rows, load, lambda: [(f, m, versions.get(f, "")) for f, m in everything])
 
     def match(self, company: str) -> tuple[set[CompanyId], bool]:
         """The companies a scope names, and whether it names them outright (not by first words)."""
@@ -83,11 +120,28 @@ class CorpusView:
 
     def pool(self, company: str | None) -> Filings:
         if not company:
-            return self.everything
+            found_all = list(self.all())
+            self.versions.update((fid, version) for fid, _, version in found_all)
+            return [(fid, meta) for fid, meta, _ in found_all]
+        values = self.catalogued(company)
+        if not values:
+            return []
+        if values not in self.kept:
+            loaded = self.load(values)
+            self.versions.update((fid, version) for fid, _, version in loaded)
+            self.kept[values] = sorted(((fid, meta) for fid, meta, _ in loaded), key=lambda f: f[0])
+            while len(self.kept) > KEPT_SCOPES:
+                self.kept.popitem(last=False)
+        self.kept.move_to_end(values)
+        return self.kept[values]
+
+    def catalogued(self, company: str) -> tuple[str, ...]:
+        """The catalogue's company values a scope's company resolves to (none for first words
+        that fit several companies: none is guessed)."""
         found, outright = self.match(company)
         if len(found) > 1 and not outright:
-            return []  # first words that fit several companies: none is guessed
-        return [f for c in sorted(found, key=str) for f in self.companies[c]]
+            return ()
+        return tuple(sorted({v for c in found for v in self.companies[c]}))
 
     def hint(self, company: str) -> str:
         """What a no-filing error adds about a scope's company: the companies its words fit when

@@ -45,7 +45,9 @@ class Selection:
             return {c.key for c in found}
         keep = {c.key for c in found if (cik := cik_number(c.cik)) is not None and cik in self.ciks}
         if self.companies:
-            view = CorpusView([(c.key, FilingMeta(company=c.company, cik=c.cik, source_uri=c.key)) for c in found])
+            view = CorpusView.of_filings(
+                [(c.key, FilingMeta(company=c.company, cik=c.cik, source_uri=c.key)) for c in found]
+            )
             keep |= {key for company in self.companies for key, _ in view.pool(company)}
         return keep
 

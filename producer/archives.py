@@ -17,7 +17,7 @@ from prism.edgar import IndexRow, parse_index
 from prism.ingest.accession import accession_of
 from prism.ingest.archives import Member, archive_kind, list_archive, read_member
 from prism.ingest.filings import source_kind
-from prism.ingest.models import CorpusManifest, SourceEntry
+from prism.ingest.models import SourceEntry
 from prism.ingest.sgml import head_fields
 from prism.questions import read_questions
 from prism.selection import Candidate, Selection, ciks_of, forms_of
@@ -108,6 +108,7 @@ class Listed:
     members: list[str] = field(default_factory=list)  # the URIs of the members taken
     left_out: int = 0
     whole: bool = True  # no failure of its own or of a member
+    known: dict[str, SourceEntry] = field(default_factory=dict)  # members ingested before, as the catalogue has them
 
 
 def expand(
@@ -126,11 +127,11 @@ def expand(
             corpus.store.put(index_key, listing.index)
     listed = Listed(item, fingerprint, whole=listing.error is None and not listing.failures)
     for name, why in listing.failures:
-        summary.merge(failed_source(corpus, f"{item.uri}#{name}", why))
+        summary.merge(failed_source(f"{item.uri}#{name}", why))
     if listing.error is not None:
-        summary.merge(failed_source(corpus, item.uri, listing.error))
+        summary.merge(failed_source(item.uri, listing.error))
     else:
-        corpus.clear_failure(item.uri)
+        summary.cleared.append(item.uri)
     filings = [(m, head) for m, head in listing.members if source_kind(m.name) not in (None, "rows")]
     summary.unsupported += [m.uri for m, _ in listing.members if source_kind(m.name) in (None, "rows")]
     taken = chosen.taken(filings)
@@ -162,17 +163,15 @@ def _reader(open_archive: Callable[[], BinaryIO], member: Member, index: bytes |
     return read
 
 
-def settle(listed: list[Listed], summary: IngestSummary, manifest: CorpusManifest) -> None:
-    """Each archive whose members all ingested (now or before) becomes one source entry with
-    all their filings, in place of its members' entries: the next ingest of it neither lists
-    it nor sends a task."""
+def settle(listed: list[Listed], summary: IngestSummary) -> dict[str, SourceEntry]:
+    """Each archive whose members all ingested (now or before) as one source entry with all their
+    filings: the next ingest of it neither lists it nor sends a task."""
+    settled = {}
     for archive in listed:
-        entries = [summary.done_sources.get(uri) or manifest.sources.get(uri) for uri in archive.members]
+        entries = [summary.done_sources.get(uri) or archive.known.get(uri) for uri in archive.members]
         if not archive.whole or not archive.fingerprint or any(e is None for e in entries):
             continue
         filings = {fid: version for e in entries if e is not None for fid, version in e.filings.items()}
-        for uri in archive.members:
-            summary.done_sources.pop(uri, None)
-            manifest.sources.pop(uri, None)
         entry = SourceEntry(fingerprint=archive.fingerprint, filings=filings, left_out=archive.left_out)
-        summary.done_sources[archive.archive.uri] = entry
+        settled[archive.archive.uri] = entry
+    return settled

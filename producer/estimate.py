@@ -13,14 +13,14 @@ priced from the token counts the corpus stores for that filing version: no filin
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
 from prism.estimate import Estimate, Priced, estimate
-from prism.ingest.models import Chunking
+from prism.ingest.models import Chunking, FilingEntry
 from prism.models import FILING_TYPES, Query, QuestionPlan, RunConfig, Stage
 from prism.periods import Choice
 from prism.planning import CorpusView, choose, in_scope
@@ -31,12 +31,11 @@ from prism.rankers import asks_llm
 from prism.segmenting import TokenCounter
 from producer.plan import invalid_failure
 from producer.questions import question_items
-from producer.spec import RunError
+from producer.spec import RunError, open_corpus
 from workers.corpus import Corpus
 from workers.inputs import token_costs
 from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
-from workers.store import open_store
 
 
 class QuestionSetEstimate(BaseModel):
@@ -59,6 +58,7 @@ class PlannedQuestion:
     filings: list[Choice]
     documents_by_llm: bool  # its filing types are ranked by an LLM call (priced)
     error: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)  # its filings' latest versions
 
 
 def planned_by_prior(
@@ -71,19 +71,15 @@ def planned_by_prior(
     scores = prior.form_scores(question.question) if scoped.pool else {}
     choices, _, error = choose(question, scoped, scores, config, view, corpus)
     by_llm = bool(scoped.pool) and asks_llm(config, prior, question.question)
-    return PlannedQuestion(question, scoped.period.label(), choices, by_llm, error)
+    versions = {c.filing_id: view.versions[c.filing_id] for c in choices}
+    return PlannedQuestion(question, scoped.period.label(), choices, by_llm, error, versions)
 
 
 def plan_questions(
     questions: str, corpus: Corpus, settings: Settings, config: RunConfig
 ) -> tuple[list[PlannedQuestion], list[str]]:
     """Every question of a set planned over the corpus (at most ``config.limit``), and its bad lines."""
-    manifest = corpus.manifest()
-    if not manifest.filings:
-        raise RunError(
-            f"--corpus {corpus.store.uri}: no filings there; ingest some first (prism ingest FILES --corpus ...)"
-        )
-    view, prior = CorpusView.of(manifest), read_prior(settings.doc_prior or PACKAGED, settings)
+    view, prior = corpus.view(), read_prior(settings.doc_prior or PACKAGED, settings)
     planned: list[PlannedQuestion] = []
     bad: list[str] = []
     for item in question_items(questions, settings):
@@ -105,12 +101,11 @@ def estimate_questions(
     reasoning_share: float = 0.0,
 ) -> QuestionSetEstimate:
     """A question set over a corpus, planned and priced; nothing is written and no LLM is called."""
-    corpus = Corpus(open_store(corpus_uri, settings))
+    corpus = open_corpus(corpus_uri, settings)
     planned, bad = plan_questions(questions, corpus, settings, config)
     if not planned:
         raise RunError(_nothing_read(questions, bad, rows_hint=True))
-    view = CorpusView.of(corpus.manifest())
-    pairs = [(p.question.question, c.filing_id, view.versions[c.filing_id]) for p in planned for c in p.filings]
+    pairs = [(p.question.question, c.filing_id, p.versions[c.filing_id]) for p in planned for c in p.filings]
     documents = [p.question.question for p in planned if p.documents_by_llm]
     result = price(documents, pairs, corpus, settings, config, expected_output, reasoning_share)
     return QuestionSetEstimate(
@@ -145,15 +140,16 @@ def price(
     """Each document ranking an LLM makes, and each (question, filing, version) pair's chunk query
     from the token counts the corpus stores."""
     counter = TokenCounter(Chunking().encoding)
-    entries = corpus.manifest().filings
+    heads: dict[str, FilingEntry | None] = {}
 
     def queries() -> Iterator[Query | Priced]:
         for i, question in enumerate(documents):
             yield Query(id=f"d{i}", task="documents", question=question, candidates=list(FILING_TYPES))
         for question, fid, version in pairs:
+            head = heads[fid] if fid in heads else heads.setdefault(fid, corpus.head(fid))
             costs = (
-                token_costs(corpus, entries[fid], version, config.segment_tokens, counter)
-                if config.uses_llm("chunks")
+                token_costs(corpus, head, version, config.segment_tokens, counter)
+                if config.uses_llm("chunks") and head is not None
                 else []
             )
             yield Priced(question, costs, f"{fid}@{version}")

@@ -12,9 +12,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from prism.ingest.models import Filing, FilingMeta
+from prism.ingest.models import Filing, FilingEntry, FilingMeta
 from prism.lexical import cite
 from prism.metrics import ndcg_at
 from prism.models import Cited
@@ -109,27 +110,40 @@ def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
             pairs.setdefault(row["question_id"], []).append(row)
     reading = _Reading(state, corpus)
     rows: list[dict] = []
-    judged = _Judged(set(reading.manifest.filings))
+    judged = _Judged(lambda fid: reading.heads[fid] is not None)
     for qid, q in questions.items():
         found = across_filings(reading.found(q, pairs.get(qid, [])))
         ranked = [_row(q, rank, score, entry, reading) for rank, (score, entry) in enumerate(found, start=1)]
-        judged.add(q, ranked, reading.pages)
+        judged.add(q, ranked, reading.heads.pages)
         rows += ranked
     metrics = judged.metrics(questions)
     return rows, metrics
 
 
+class _Heads(dict[str, FilingEntry | None]):
+    """The heads of the filings a run's evidence names, read when first asked (None: not in the corpus)."""
+
+    def __init__(self, corpus: Corpus) -> None:
+        super().__init__()
+        self.corpus = corpus
+
+    def __missing__(self, fid: str) -> FilingEntry | None:
+        self[fid] = head = self.corpus.head(fid)
+        return head
+
+    def pages(self, fid: str) -> int:
+        head = self[fid]
+        return next((v.pages for v in head.versions if v.version == head.latest), 0) if head else 0
+
+
 class _Reading:
-    """What the evidence of a run is read from: its results, and its corpus's manifest (a filing
-    itself only for a result from before results carried their citations)."""
+    """What the evidence of a run is read from: its results, and its corpus's filings' heads (a
+    filing itself only for a result from before results carried their citations)."""
 
     def __init__(self, state: RunState, corpus: Corpus):
-        self.corpus, self.manifest = corpus, corpus.manifest()
+        self.corpus = corpus
         self.results = {r.query_id: r for r in state.results.values() if r.task == "chunks"}
-        self.pages = {
-            fid: next((v.pages for v in e.versions if v.version == e.latest), 0)
-            for fid, e in self.manifest.filings.items()
-        }
+        self.heads = _Heads(corpus)
         self.filings: dict[tuple[str, str], Filing] = {}
 
     def found(self, q: dict, pairs: list[dict]) -> list[Found]:
@@ -156,7 +170,8 @@ class _Reading:
 
 
 def _row(q: dict, rank: int, score: float, entry: Found, reading: _Reading) -> dict:
-    meta, chunk = reading.manifest.filings[entry.filing].meta, entry.chunk
+    head, chunk = reading.heads[entry.filing], entry.chunk
+    meta = head.meta if head is not None else FilingMeta(source_uri="")
     return {
         "question_id": q["question_id"],
         "question": q["question"],
@@ -189,22 +204,22 @@ def _row(q: dict, rank: int, score: float, entry: Found, reading: _Reading) -> d
 class _Judged:
     """The metrics over the questions whose qrels name a filing of the corpus."""
 
-    def __init__(self, in_corpus: set[str]):
+    def __init__(self, in_corpus: Callable[[str], bool]):
         self.in_corpus, self.judged, self.top1 = in_corpus, 0, 0
         self.recall, self.ndcg = 0.0, 0.0
         self.by_question: dict[str, float] = {}
 
-    def add(self, q: dict, rows: list[dict], pages: dict[str, int]) -> None:
+    def add(self, q: dict, rows: list[dict], pages: Callable[[str], int]) -> None:
         """Grade the question's rows (in place) and count it, where it is judged. A page qrel over
         a filing without that page is not judged (the run said so when it began)."""
-        judgeable = [r for r in q["qrels"] if r.get("page") is None or 0 < r["page"] <= pages.get(r["filing"], 0)]
+        judgeable = [r for r in q["qrels"] if r.get("page") is None or 0 < r["page"] <= pages(r["filing"])]
         grades = {(r["filing"], r.get("page", r.get("chunk"))): r["grade"] for r in judgeable}
         ranked: list[tuple[str, int | str | None]] = []
         for row in rows:
             row["grade"] = grades.get((row["filing_id"], row["page"]), grades.get((row["filing_id"], row["chunk_id"])))
             ranked.append((row["filing_id"], row["page"] if row["page"] is not None else row["chunk_id"]))
         relevant = {k for k, g in grades.items() if g > 0}
-        if not relevant or not {f for f, _ in relevant} & self.in_corpus:
+        if not relevant or not any(self.in_corpus(f) for f in {f for f, _ in relevant}):
             return
         self.judged += 1
         # the filing of the best evidence: one ranking across the question's filings decides it

@@ -1,7 +1,7 @@
 """`prism ingest`: the filings of a source into a corpus. The producer finds the sources
 (producer/sources.py), leaves out those unchanged since they were last ingested, and sends one
 ingest task per source to the fleet (or ingests them in this process when no broker is
-configured); the corpus manifest is written once, when they are all done."""
+configured); what they did is appended to the corpus's catalogue as they go."""
 
 from __future__ import annotations
 
@@ -20,24 +20,25 @@ from celery import Celery
 from prism.ingest.archives import ArchiveError
 from prism.ingest.filings import filing_id_of, source_kind
 from prism.ingest.identity import IDENTITY_FORMAT
-from prism.ingest.models import Chunking, CorpusManifest
+from prism.ingest.models import Chunking
 from prism.options import RunOptions
 from prism.segmenting import TokenCounter
 from producer.archives import Filter, Listed, expand, settle
 from producer.collect import run_tasks
 from producer.sources import Keys, Source, Walk, accessions
 from workers.app import make_app, reach_broker
+from workers.catalog import SourceRow
 from workers.corpus import Corpus, IngestSummary, failed_source
 from workers.embedded import embedded_worker
 from workers.ingesting import ingest_file
 from workers.messages import IngestJob, TaskName
 from workers.settings import Settings
 from workers.store import Store, open_store
+from workers.upgrade import upgrade
 
-CHECKPOINT_S = 5.0  # how often a long ingest records what it has done since (Corpus.checkpoint)
 Dispatch = Callable[[list[Source]], Iterable[IngestSummary]]
-DEFAULT_SEGMENT_TOKENS = RunOptions.model_fields["segment_tokens"].default
 _META_LINE = re.compile(r" line \d+$")
+DEFAULT_SEGMENT_TOKENS = RunOptions.model_fields["segment_tokens"].default
 
 
 def ingest(
@@ -81,7 +82,14 @@ def ingest(
 
     with embedded_worker(app, settings.embedded_workers) if settings.embedded else nullcontext():
         return ingest_source(
-            origin, target, chunking, meta, dispatch=dispatch, segment_tokens=settings.segment_tokens, chosen=chosen
+            origin,
+            target,
+            chunking,
+            meta,
+            dispatch=dispatch,
+            segment_tokens=settings.segment_tokens,
+            chosen=chosen,
+            checkpoint_s=settings.ingest_checkpoint_s,
         )
 
 
@@ -94,41 +102,44 @@ def ingest_source(
     dispatch: Dispatch | None = None,
     segment_tokens: int = DEFAULT_SEGMENT_TOKENS,
     chosen: Filter = Filter(),
+    checkpoint_s: float = 30.0,
 ) -> IngestSummary:
     """Every filing under a folder (or a file, a list of files, or every key of a Store) into the
-    corpus in ``store``; the manifest is written at the end. ``dispatch`` ingests the sources
+    corpus in ``store``; the catalogue is appended as they end. ``dispatch`` ingests the sources
     elsewhere (the fleet: one task per source) and gives each one's summary as it ends; without
     it they are ingested here, one at a time. Archives are listed here and their members sent
-    one a task, as ``chosen`` takes them. What is done is checkpointed every CHECKPOINT_S, so an
+    one a task, as ``chosen`` takes them. What is done is checkpointed every ``checkpoint_s``, so an
     ingest cut short sends only what it had not done when it is run again."""
     started = time.perf_counter()
     chunking = chunking or Chunking()
     corpus, summary = Corpus(store), IngestSummary()
+    upgrade(corpus)  # a corpus from before the catalogue, converted once
     given = (str(meta), Path(meta).read_bytes()) if meta is not None else None
     walk = Walk(corpus, summary, given)
-    manifest = corpus.recovered()  # with the checkpoints of an ingest cut short
     settled = _digest([chunking.model_dump(), hashlib.sha256(given[1]).hexdigest() if given else None, IDENTITY_FORMAT])
     listed: list[Listed] = []
-    reading = Reading(manifest, settled, corpus, summary, chosen, listed)
+    reading = Reading(settled, corpus, summary, chosen, listed)
     items = reading.to_read(accessions(list(walk.sources(source))))
     local = Local(corpus, chunking, counter, walk.index, segment_tokens)
     checkpoint, since = time.monotonic(), IngestSummary()
+    since.merge(summary)  # the failures found while listing
     try:
         for part in (dispatch or local)(items):
             summary.merge(part)
             since.merge(part)
-            if time.monotonic() - checkpoint > CHECKPOINT_S:
+            if time.monotonic() - checkpoint > checkpoint_s:
                 corpus.checkpoint(since)
                 checkpoint, since = time.monotonic(), IngestSummary()
     except KeyboardInterrupt:
         corpus.checkpoint(since)  # what was done stays done
         raise
-    settle(listed, summary, manifest)
-    for failed in list(manifest.failures):  # a metadata file read again: what it no longer says is gone
-        if _META_LINE.sub("", failed) in walk.read_meta and failed not in summary.failed_sources:
-            del manifest.failures[failed]
-            corpus.clear_failure(failed)
-    corpus.update_manifest(manifest, summary)
+    for uri, entry in settle(listed, summary).items():
+        since.done_sources = {s: e for s, e in since.done_sources.items() if not s.startswith(f"{uri}#")}
+        since.done_sources[uri] = entry
+    for meta_file in walk.read_meta:  # a metadata file read again: what it no longer says is gone
+        failed = corpus.catalog.failures(under=meta_file)
+        since.cleared += [s for s in failed if _META_LINE.sub("", s) == meta_file and s not in summary.failed_sources]
+    corpus.checkpoint(since)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
 
@@ -137,9 +148,9 @@ def ingest_source(
 class Reading:
     """Which sources an ingest sends, with their fingerprints: not those unchanged since they
     were last ingested (counted as such), nor a second file that would be a filing already taken
-    (failed); an archive is listed (unless it is unchanged) and its members taken as sources."""
+    (failed); an archive is listed (unless it is unchanged) and its members taken as sources.
+    The catalogue is asked about the listed sources alone."""
 
-    manifest: CorpusManifest
     settled: str
     corpus: Corpus
     summary: IngestSummary
@@ -149,26 +160,32 @@ class Reading:
     def to_read(self, found: list[Source]) -> list[Source]:
         items: list[Source] = []
         taken: dict[str, str] = {}
+        known = self.corpus.catalog.sources([item.uri for item in found])
         for item in found:
-            for source in self._sources(item):
+            sources, known_members = self._sources(item, known)
+            for source in sources:
                 if source_kind(source.name) != "rows" and not self._first(source, taken):
                     continue
                 fingerprint = _fingerprint(source, self.settled)
-                if fingerprint and _unchanged(self.manifest, source.uri, fingerprint, self.summary):
+                row = known_members.get(source.uri, known.get(source.uri))
+                if fingerprint and _unchanged(self.corpus, row, fingerprint, self.summary):
                     continue
                 items.append(replace(source, fingerprint=fingerprint))
         return items
 
-    def _sources(self, item: Source) -> list[Source]:
-        """A source as itself, or an archive's members that are to be read."""
+    def _sources(self, item: Source, known: dict[str, SourceRow]) -> tuple[list[Source], dict[str, SourceRow]]:
+        """A source as itself, or an archive's members that are to be read (and what the
+        catalogue holds of them)."""
         if item.open is None:
-            return [item]
+            return [item], {}
         fingerprint = _fingerprint(item, _digest([self.settled, self.chosen.key]))
-        if fingerprint and _unchanged(self.manifest, item.uri, fingerprint, self.summary):
-            return []
+        if fingerprint and _unchanged(self.corpus, known.get(item.uri), fingerprint, self.summary):
+            return [], {}
         members, listed = expand(item, fingerprint, self.chosen, self.corpus, self.summary)
         self.listed.append(listed)
-        return members
+        member_rows = self.corpus.catalog.sources(listed.members)
+        listed.known = {uri: row.entry for uri, row in member_rows.items() if row.state == "done" and row.entry}
+        return members, member_rows
 
     def _first(self, item: Source, taken: dict[str, str]) -> bool:
         """Two files that would be one filing: the second fails."""
@@ -176,7 +193,7 @@ class Reading:
         if taken.setdefault(fid, item.uri) == item.uri:
             return True
         reason = f"filing id '{fid}' is taken by {taken[fid]}; give an id in its metadata"
-        self.summary.merge(failed_source(self.corpus, item.uri, reason))
+        self.summary.merge(failed_source(item.uri, reason))
         return False
 
 
@@ -198,10 +215,10 @@ class Local:
                 data = item.read()
                 exhibits = [(e.uri, e.read(), e.type) for e in item.exhibits]
             except ArchiveError as err:
-                yield failed_source(self.corpus, item.uri, str(err))
+                yield failed_source(item.uri, str(err))
                 continue
             except (OSError, KeyError) as err:
-                yield failed_source(self.corpus, item.uri, f"cannot be read ({err})")
+                yield failed_source(item.uri, f"cannot be read ({err})")
                 continue
             summary = ingest_file(
                 self.corpus,
@@ -234,14 +251,14 @@ def _fingerprint(item: Source, settled: str) -> str:
     return _digest([stamp, item.record, settled])
 
 
-def _unchanged(manifest: CorpusManifest, uri: str, fingerprint: str, summary: IngestSummary) -> bool:
-    """Count a source whose fingerprint and filings are as the manifest holds them; no task is
+def _unchanged(corpus: Corpus, row: SourceRow | None, fingerprint: str, summary: IngestSummary) -> bool:
+    """Count a source whose fingerprint and filings are as the catalogue holds them; no task is
     sent for it. Its filings' versions were confirmed by their content digest when it was last
     ingested; a touched file (new fingerprint) is read and confirmed again."""
-    entry = manifest.sources.get(uri)
+    entry = row.entry if row is not None and row.state == "done" else None
     if entry is None or entry.fingerprint != fingerprint:
         return False
-    heads = [manifest.filings.get(fid) for fid in entry.filings]
+    heads = [corpus.head(fid) for fid in entry.filings]
     if any(h is None or h.latest != entry.filings[h.id] for h in heads):
         return False
     summary.sources += 1

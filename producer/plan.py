@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
@@ -49,7 +50,8 @@ class Plan:
     said: list[str] = field(default_factory=list)  # the first warnings, to print
     changes: dict | None = None  # a `--new` run: what changed since the run it starts from
     questions: int = 0  # a question set: questions enqueued for planning on the fleet
-    corpus_versions: str | None = None  # a question set: the corpus snapshot it was planned against
+    corpus_version: int | None = None  # a question set: the catalogue version it was planned against
+    corpus_at: datetime | None = None  # and the time of its newest row
     seconds: float = 0.0
     progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from celery import Celery
@@ -18,10 +18,10 @@ from celery import Celery
 from prism.datasets import InputFileError, RowError
 from prism.ingest.models import FilingEntry
 from prism.models import QuestionPlan
-from prism.planning import question_job_id
+from prism.planning import CorpusView, question_job_id
 from prism.questions import Question, read_questions
 from producer.plan import Plan, invalid_failure
-from producer.spec import RunError, RunSpec
+from producer.spec import RunSpec, open_corpus
 from workers import keys
 from workers.app import send
 from workers.corpus import Corpus
@@ -29,7 +29,7 @@ from workers.ledger import Ledger, Progress
 from workers.messages import Priority, QuestionJob, TaskName
 from workers.runfiles import RunFiles
 from workers.settings import Settings
-from workers.store import Store, get_model, open_input, open_store
+from workers.store import Store, get_model, open_input
 
 
 def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, settings: Settings) -> Plan:
@@ -37,16 +37,12 @@ def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, 
     assert spec.corpus is not None
     started = time.monotonic()
     plan = Plan()
-    corpus = Corpus(open_store(spec.corpus, settings))
-    manifest = corpus.manifest()
-    if not manifest.filings:
-        raise RunError(f"--corpus {spec.corpus}: no filings there; ingest some first (prism ingest FILES --corpus ...)")
+    corpus = open_corpus(spec.corpus, settings)
     spec = replace(spec, corpus=corpus.store.uri)  # a folder by its absolute path: workers run elsewhere
-    versions = {fid: entry.latest for fid, entry in manifest.filings.items()}
-    plan.corpus_versions = corpus.put_versions(versions)
-    at = manifest.written_at.isoformat() if manifest.written_at else ""
+    version, view = corpus.catalog.version(), corpus.view()
+    plan.corpus_version, plan.corpus_at = version, corpus.catalog.newest_at()
     if spec.since is not None:
-        plan.changes = filing_changes(store, corpus, spec, versions)
+        plan.changes = filing_changes(store, corpus, spec)
     rows: list[dict] = []
     warnings: list[dict] = []  # qrels that cannot be judged: the question runs, the line is named
     for item in question_items(spec.input, settings):
@@ -55,8 +51,8 @@ def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, 
             line = item.line if isinstance(item, RowError) else -1
             ledger.invalid(invalid_failure(spec.run_id, spec.input, item), spec.input, line)
             continue
-        warnings += _warned(spec.input, item, manifest.filings, plan)
-        send(app, TaskName.PLAN_QUESTION, question_job(spec, item, at), Priority.NEW_WORK)
+        warnings += _warned(spec.input, item, corpus, view, plan)
+        send(app, TaskName.PLAN_QUESTION, question_job(spec, item, str(version)), Priority.NEW_WORK)
         plan.questions += 1
         rows.append(
             {"query_id": item.id, "question_id": item.id, "task": "chunks", "line": item.line}
@@ -71,10 +67,14 @@ def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, 
     return plan
 
 
-def _warned(source: str, q: Question, filings: dict[str, FilingEntry], plan: Plan) -> list[dict]:
-    """The question's qrels that cannot be judged, as warnings; the first few said."""
+def _warned(source: str, q: Question, corpus: Corpus, view: CorpusView, plan: Plan) -> list[dict]:
+    """The question's qrels that cannot be judged, as warnings; the first few said. A filing
+    its qrels name is looked up by id; a missing one is matched against its scope's filings."""
     found = []
-    for field, message in qrel_warnings(q, filings):
+    heads = {qrel.filing: corpus.head(qrel.filing) for qrel in q.qrels}
+    held = {fid: head for fid, head in heads.items() if head is not None}
+    nearby = [fid for fid, _ in view.pool(q.scope.company)] if q.scope.company and len(held) < len(heads) else []
+    for field, message in qrel_warnings(q, held, nearby):
         plan.warnings += 1
         found.append({"source": source, "line": q.line, "field": field, "message": message, "query_id": q.id})
         if len(plan.said) < SAID:
@@ -85,14 +85,17 @@ def _warned(source: str, q: Question, filings: dict[str, FilingEntry], plan: Pla
 SAID = 5  # qrel warnings printed; every one is in the run's warnings.jsonl
 
 
-def qrel_warnings(q: Question, filings: dict[str, FilingEntry]) -> Iterator[tuple[str, str]]:
-    """(field, why) for each qrel that cannot be judged against the corpus: a filing id it does
-    not hold (the ids `prism corpus ls` lists), a page past the filing's last or of a filing with
-    no pages, a chunk id of another filing. Such a qrel is not judged; it is never a silent 0."""
+def qrel_warnings(
+    q: Question, filings: dict[str, FilingEntry], nearby: Iterable[str] = ()
+) -> Iterator[tuple[str, str]]:
+    """(field, why) for each qrel that cannot be judged against the corpus (``filings``: the
+    heads of the filings its qrels name that the corpus holds; ``nearby``, other ids to suggest):
+    a filing id it does not hold (the ids `prism corpus ls` lists), a page past the filing's last or of a filing with no pages, a
+    chunk id of another filing. Such a qrel is not judged; it is never a silent 0."""
     for i, qrel in enumerate(q.qrels):
         entry = filings.get(qrel.filing)
         if entry is None:
-            close = difflib.get_close_matches(qrel.filing, list(filings), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(qrel.filing, [*filings, *nearby], n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else " (prism corpus ls lists them)"
             yield f"qrels[{i}].filing", f"'{qrel.filing}' is no filing id of the corpus{hint}: not judged"
             continue
@@ -194,18 +197,26 @@ def _question_line(plan: QuestionPlan) -> dict:
     return plan.model_dump(mode="json") | {"filings": filings}
 
 
-def filing_changes(store: Store, corpus: Corpus, spec: RunSpec, versions: dict[str, str]) -> dict:
-    """The filings new, changed and removed since the run a `--new` run starts from, and
-    whether it ran with the same configuration."""
+def filing_changes(store: Store, corpus: Corpus, spec: RunSpec) -> dict:
+    """The filings new and changed since the run a `--new` run starts from (read from the
+    catalogue's rows written after it planned, not from the corpus), and whether it ran with
+    the same configuration."""
     assert spec.since is not None
     before = RunFiles(store, spec.since).manifest()
-    earlier = corpus.versions(before.corpus_versions) if before.corpus_versions else {}
+    new = changed = 0
+    if (at := before.corpus_at) is not None:
+        for head in {h.id: h for h in corpus.catalog.since(at)}.values():
+            latest = next(v for v in head.versions if v.version == head.latest)
+            if all(v.ingested_at > at for v in head.versions):
+                new += 1
+            elif latest.ingested_at > at:
+                changed += 1
     return {
         "since": spec.since,
         "same_config": before.config.plan_fingerprint() == spec.config.plan_fingerprint(),
-        "new_filings": sum(1 for fid in versions if fid not in earlier),
-        "changed_filings": sum(1 for fid, v in versions.items() if fid in earlier and earlier[fid] != v),
-        "removed_filings": sum(1 for fid in earlier if fid not in versions),
+        "new_filings": new,
+        "changed_filings": changed,
+        "removed_filings": 0,
     }
 
 

@@ -179,7 +179,8 @@ class Runs:
                 "owner": OWNER if self.settings.embedded else None,
                 "counts": plan.counts(),
                 "changes": plan.changes or manifest.changes,
-                "corpus_versions": plan.corpus_versions or manifest.corpus_versions,
+                "corpus_version": plan.corpus_version if plan.corpus_version is not None else manifest.corpus_version,
+                "corpus_at": plan.corpus_at or manifest.corpus_at,
                 "timings": manifest.timings | {"plan_s": plan.seconds},
             }
         )

@@ -132,7 +132,7 @@ class Walk:
             self._dangling(link)
         for name in files.misnamed:
             reason = "its name is not valid UTF-8 (shown with its bytes escaped): rename it to ingest it"
-            self.summary.merge(failed_source(self.corpus, name, reason))
+            self.summary.merge(failed_source(name, reason))
         filings: dict[str, set[str]] = {}  # a folder -> the names of its filing files
         for name in files.names:
             if source_kind(name) is not None:
@@ -151,7 +151,7 @@ class Walk:
                 record = self._record(files, name, present, folder_indexes)
             except IngestError as err:
                 self.summary.sources += 1
-                record_failure(self.corpus, self.summary, IngestError(files.uri(name), str(err)))
+                record_failure(self.summary, IngestError(files.uri(name), str(err)))
                 continue
             yield Source(name, files.uri(name), files.read(name), dict(record or {}), files.stamp(name))
 
@@ -164,7 +164,7 @@ class Walk:
         found, errors = parse_meta_jsonl(self.meta[1], self.meta[0], everywhere)
         self.index.update(found)
         for err in errors:
-            record_failure(self.corpus, self.summary, err)
+            record_failure(self.summary, err)
 
     def _folder_meta(self, files: Files, filings: dict[str, set[str]]) -> dict[str, dict[str, dict[str, Any]]]:
         """Each folder's metadata.jsonl, read whole: a line for no file there is named too."""
@@ -175,7 +175,7 @@ class Walk:
                 found, errors = parse_meta_jsonl(files.read(name)(), files.uri(name), filings.get(_folder(name), set()))
                 found_by_folder[_folder(name)] = found
                 for err in errors:
-                    record_failure(self.corpus, self.summary, err)
+                    record_failure(self.summary, err)
         return found_by_folder
 
     def _not_a_filing(self, files: Files, name: str, filings: dict[str, set[str]]) -> None:
@@ -186,7 +186,7 @@ class Walk:
             if not base.endswith(".meta.json") or base.removesuffix(".meta.json") not in stems:
                 self.read_meta.add(files.uri(name))
                 reason = "no .pdf, .htm, .html, .txt or .jsonl of that name beside it; not used"
-                record_failure(self.corpus, self.summary, IngestError(files.uri(name), reason))
+                record_failure(self.summary, IngestError(files.uri(name), reason))
         elif base.lower() != FOLDER_META and not base.lower().endswith(META_SUFFIXES):
             self.summary.unsupported.append(files.uri(name))
 
@@ -200,7 +200,7 @@ class Walk:
             record = parse_meta_json(files.read(beside)(), files.uri(beside))
             self.read_meta.add(files.uri(beside))
             if unknown := unknown_keys(record):
-                record_failure(self.corpus, self.summary, IngestError(files.uri(beside), unknown))
+                record_failure(self.summary, IngestError(files.uri(beside), unknown))
             return record
         listing = folder_indexes.get(folder, {})
         return listing.get(base) or listing.get(stem(name)) or self.index.get(base) or self.index.get(stem(name))
@@ -208,7 +208,7 @@ class Walk:
     def _dangling(self, link: Path) -> None:
         """A link whose target is missing: named, not skipped (is_file() says False for it)."""
         uri = (link.parent.resolve() / link.name).as_posix()
-        self.summary.merge(failed_source(self.corpus, uri, f"a link to {link.resolve()}, which does not exist"))
+        self.summary.merge(failed_source(uri, f"a link to {link.resolve()}, which does not exist"))
 
 
 def accessions(items: list[Source]) -> list[Source]:

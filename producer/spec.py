@@ -4,12 +4,34 @@ to import (the CLI loads the planners and the fleet only for the commands that u
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prism.models import RunConfig
+
+if TYPE_CHECKING:
+    from workers.corpus import Corpus
+    from workers.settings import Settings
 
 
 class RunError(Exception):
     """A run cannot start or go on; the message says why in one line."""
+
+
+def open_corpus(uri: str, settings: Settings, empty_ok: bool = False) -> Corpus:
+    """A corpus to read; one line when it must be upgraded first or holds nothing. Nothing is written."""
+    from workers.corpus import Corpus
+    from workers.store import open_store
+    from workers.upgrade import needs_upgrade
+
+    corpus = Corpus(open_store(uri, settings))
+    if needs_upgrade(corpus):
+        raise RunError(
+            f"--corpus {uri}: kept in the catalogue format before this release; run `prism corpus upgrade --corpus {uri}` "
+            "once (nothing is ingested again)"
+        )
+    if not empty_ok and not corpus.catalog.exists():
+        raise RunError(f"--corpus {uri}: no filings there; ingest some first (prism ingest FILES --corpus ...)")
+    return corpus
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ class IngestTask(Task):
         except Exception as err:  # noqa: BLE001 - every source ends in a stored outcome
             reason = _text(err)
         log.warning("ingest failed", error=reason)
-        return failed_source(Corpus(runtime.of(self.app).store(job.corpus)), job.uri, reason).model_dump(mode="json")
+        return failed_source(job.uri, reason).model_dump(mode="json")
 
 
 @shared_task(bind=True, base=IngestTask, name=TaskName.INGEST_FILE)
@@ -62,9 +62,9 @@ def ingest_filing(self: IngestTask, message: dict) -> dict:
             with open_input(uri, rt.settings) as stream:
                 exhibits.append((uri, stream.read(), doc_type))
     except ArchiveError as err:
-        return failed_source(corpus, job.uri, str(err)).model_dump(mode="json")
+        return failed_source(job.uri, str(err)).model_dump(mode="json")
     except (OSError, ClientError, KeyError) as err:
-        return failed_source(corpus, job.uri, f"cannot be read ({err})").model_dump(mode="json")
+        return failed_source(job.uri, f"cannot be read ({err})").model_dump(mode="json")
     index: dict[str, dict[str, Any]] = {}
     if job.meta is not None:
         with open_input(job.meta, rt.settings) as stream:

@@ -61,7 +61,7 @@ class PlanTask(JobTask):
 def plan_question(self: PlanTask, message: dict) -> None:
     job, rt = QuestionJob.model_validate(message), self.runtime
     ledger = rt.ledger(job.results)
-    view: CorpusView = rt.kept(("corpus", job.corpus, job.corpus_at), lambda: _view(rt, job.corpus))
+    view: CorpusView = rt.kept(("corpus", job.corpus, job.corpus_at), lambda: _view(rt, job.corpus, job.corpus_at))
     scoped = in_scope(job.question, view)
     plan = _record(job, pool=view.pool_digest(scoped.pool), period=scoped.period.label())
     if job.since is not None and _reused_since(rt, job, plan, ledger):
@@ -96,8 +96,9 @@ def _considered(considered: list[Choice], choices: list[Choice]) -> list[Conside
     ]
 
 
-def _view(rt: Runtime, uri: str) -> CorpusView:
-    return CorpusView.of(Corpus(rt.store(uri)).manifest())
+def _view(rt: Runtime, uri: str, version: str) -> CorpusView:
+    """The corpus as the run planned it: the catalogue at the version the run named."""
+    return Corpus(rt.store(uri), int(version) if version.isdigit() else None).view()
 
 
 def _reused_since(rt: Runtime, job: QuestionJob, plan: QuestionPlan, ledger: Ledger) -> bool:

@@ -42,14 +42,12 @@ def ingest_one(
 ) -> IngestResult:
     """One PDF, HTML, text or EDGAR submission file into the corpus; a version is its extracted
     content, so a file rewritten with the same text is "unchanged". A source that gives no
-    filing stores a failure."""
+    filing is a failed result, which the catalogue keeps."""
     try:
         filing = parse_filing(data, source, record or {}, chunking=chunking, counter=counter, exhibits=exhibits)
     except IngestError as err:
-        corpus.put_failure(source, err.reason)
         return IngestResult("failed", reason=err.reason)
     outcome = corpus.put_filing(filing)
-    corpus.clear_failure(source)
     return IngestResult(outcome, filing.id, filing.version, filing=filing)
 
 
@@ -95,6 +93,8 @@ def ingest_file(
             put_input(corpus, filing, segment_tokens, counter)
     if fingerprint and summary.filings and not summary.failed:
         summary.done_sources[uri] = SourceEntry(fingerprint=fingerprint, filings=dict(summary.filings))
+    elif summary.filings and not summary.failed:
+        summary.cleared.append(uri)  # a failure it had before no longer holds
     return summary
 
 
@@ -122,7 +122,7 @@ def _ingest_rows(
 
     rows = filings_from_rows(io.BytesIO(data), uri, index, counter, latest)
     for err in rows.errors:
-        record_failure(corpus, summary, err)
+        record_failure(summary, err)
     for fid in rows.unchanged:
         count_filing(corpus, summary, "unchanged", fid)
     for filing in rows.filings:

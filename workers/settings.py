@@ -128,6 +128,9 @@ class Settings(BaseSettings, RunOptions):
     batch_max_tries: int = option(3, "batches a request goes into before it is sent online", ge=1)
     batch_max_lines: int = option(50_000, "lines of one Batch API input file", ge=1, le=50_000)
     batch_max_mb: float = option(200.0, "MB of one Batch API input file", gt=0, le=200)
+    ingest_checkpoint_s: float = option(
+        30.0, "how often a long ingest appends what it has done to the corpus catalogue (a kill loses no more)", gt=0
+    )
     stall_s: float = option(120.0, "no progress and nothing running this long: what is missing is enqueued again", gt=0)
     max_requeues: int = option(3, "times missing jobs are enqueued again before they are recorded lost", ge=0)
 

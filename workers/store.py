@@ -60,6 +60,9 @@ class Store(Protocol):
     def open(self, key: str) -> BinaryIO:  # seekable, read as it is read (an S3 object by ranged GETs)
         ...
 
+    def table_location(self, key: str) -> tuple[str, dict[str, str]]:  # a Delta table's URI and storage options
+        ...
+
 
 def put_model(store: Store, key: str, model: BaseModel, if_absent: bool = False) -> bool:
     return store.put(key, model.model_dump_json(indent=1).encode(), if_absent)
@@ -131,6 +134,9 @@ class LocalStore:
             if path.is_file() and not path.name.startswith(".tmp-") and key.startswith(prefix):
                 yield key
 
+    def table_location(self, key: str) -> tuple[str, dict[str, str]]:
+        return str(self.root / key), {}
+
 
 class S3Store:
     def __init__(self, bucket: str, prefix: str, client):
@@ -184,6 +190,20 @@ class S3Store:
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
             for item in page.get("Contents", []):
                 yield item["Key"][strip:]
+
+    def table_location(self, key: str) -> tuple[str, dict[str, str]]:
+        """Delta Lake's URI and options for a key: this client's endpoint, region and credentials;
+        commits by conditional puts, so concurrent writers need no lock service."""
+        meta, credentials = self.client.meta, self.client._get_credentials()
+        options = {"AWS_REGION": meta.region_name or "us-east-1", "AWS_CONDITIONAL_PUT": "etag"}
+        if meta.endpoint_url and not meta.endpoint_url.startswith("https://s3."):
+            options |= {"AWS_ENDPOINT_URL": meta.endpoint_url, "AWS_ALLOW_HTTP": "true"}
+        if credentials is not None:
+            frozen = credentials.get_frozen_credentials()
+            options |= {"AWS_ACCESS_KEY_ID": frozen.access_key, "AWS_SECRET_ACCESS_KEY": frozen.secret_key}
+            if frozen.token:
+                options["AWS_SESSION_TOKEN"] = frozen.token
+        return f"s3://{self.bucket}/{self._key(key)}", options
 
 
 class RangedReader(io.RawIOBase):

@@ -167,6 +167,7 @@ class FilingEntry(BaseModel):
     meta: FilingMeta  # the latest version's
     latest: str
     versions: list[VersionEntry]
+    updated_at: datetime | None = None  # when this head was last written (the catalogue's newest row wins)
 
 
 class SourceEntry(BaseModel):
@@ -179,6 +180,9 @@ class SourceEntry(BaseModel):
 
 
 class CorpusManifest(BaseModel):
+    """A corpus's catalogue as one JSON document (manifest.json), as corpora kept it before the
+    catalogue tables: read only to upgrade such a corpus (workers/upgrade.py)."""
+
     filings: dict[str, FilingEntry] = {}
     failures: dict[str, IngestFailure] = {}
     sources: dict[str, SourceEntry] = {}

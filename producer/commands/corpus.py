@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 corpus_app = typer.Typer(help="What a corpus holds.", no_args_is_help=True)
 CorpusArg = Annotated[str, typer.Option("--corpus", help="The corpus: a folder or s3://bucket/prefix.")]
 FILING_FILES = ".pdf, .htm, .html, .txt, .nc, .jsonl, .jsonl.gz, or archives of them: .tar, .tar.gz, .tgz, .zip"
-SHOWN = 10  # failures and guessed identities printed; the corpus manifest keeps every one
+SHOWN = 10  # failures and guessed identities printed; the corpus catalogue keeps every one
 
 
 @flags("ingest")
@@ -108,7 +109,7 @@ def print_ingest(summary: IngestSummary, corpus: str) -> None:
     for failure in summary.failures[:SHOWN]:
         console.print(f"[yellow]not ingested:[/yellow] {failure}", highlight=False)
     if len(summary.failures) > SHOWN:
-        console.print(f"and {len(summary.failures) - SHOWN} more: the corpus manifest lists every failure")
+        console.print(f"and {len(summary.failures) - SHOWN} more: the corpus catalogue keeps every failure")
     for fid, fields in list(summary.guessed.items())[:SHOWN]:
         console.print(
             f"[yellow]identity guessed:[/yellow] {fid}: {fields} (a metadata file overrides)", highlight=False
@@ -138,25 +139,80 @@ def sample(
 
 
 @corpus_app.command("ls")
-def corpus_ls(corpus: CorpusArg) -> None:
-    """Every filing of a corpus: the id a question's qrels name, with its company, CIK, form,
-    period, filing date, accession number and pages, and the identity fields that were guessed."""
-    from workers.corpus import Corpus
-    from workers.store import open_store
+def corpus_ls(
+    corpus: CorpusArg,
+    cik: Annotated[str | None, typer.Option("--cik", help="Only this company's filings, by CIK.")] = None,
+    company: Annotated[
+        str | None,
+        typer.Option("--company", help="Only this company's filings: a name, ticker or CIK, as a scope names it."),
+    ] = None,
+    form: Annotated[str | None, typer.Option("--form", help="Only these forms, comma-separated: 10-K,10-Q.")] = None,
+    since: Annotated[
+        datetime | None, typer.Option("--since", formats=["%Y-%m-%d"], help="Only filings filed on or after this day.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many lines.")] = None,
+) -> None:
+    """A corpus's filings, streamed: the id a question's qrels name, with its company, CIK, form,
+    period, filing date, accession number and pages, and the identity fields that were guessed.
+    --cik and --company read that company's filings alone; without them every filing is listed."""
+    from prism.selection import forms_of
+    from producer.listing import list_filings
 
     settings = settings_with({})
-    manifest = Corpus(open_store(corpus, settings)).manifest()
-    if not manifest.filings:
-        raise RunError(f"--corpus {corpus}: no filings there")
-    # one tab-separated line a filing, whole ids: for reading and for scripts alike
-    typer.echo("\t".join(("filing", "company", "cik", "form", "period", "filed", "accession", "pages", "guessed")))
-    for fid, entry in manifest.filings.items():
-        meta = entry.meta
-        latest = next(v for v in entry.versions if v.version == entry.latest)
-        period = str(meta.period_end) if meta.period_end else (f"FY{meta.fiscal_year}" if meta.fiscal_year else "")
-        filed = str(meta.filed) if meta.filed else ""
-        row = (fid, meta.company or "", meta.cik or "", meta.form_type or "", period, filed, meta.accession or "")
-        typer.echo("\t".join((*row, str(latest.pages), ",".join(meta.guessed))))
-    console.print(f"{len(manifest.filings)} filings in {corpus}")
-    if manifest.failures:
-        console.print(f"{len(manifest.failures)} sources gave no filing (the manifest's failures say why)")
+    scope = cik or company
+    shown = list_filings(corpus, settings, scope, forms_of(form), since.date() if since else None, limit, typer.echo)
+    filtered = bool(scope or form or since or limit)
+    if not shown:
+        raise RunError(f"--corpus {corpus}: no filings {'match' if filtered else 'there'}")
+    console.print(f"{shown} filings {'listed from' if filtered else 'in'} {corpus}")
+    if not filtered and (failed := failure_count(corpus, settings)):
+        console.print(f"{failed} sources gave no filing (prism corpus failures says why)")
+
+
+@corpus_app.command("failures")
+def corpus_failures(corpus: CorpusArg) -> None:
+    """The sources of a corpus that gave no filing, and why: one tab-separated line each."""
+    from producer.spec import open_corpus
+
+    failures = open_corpus(corpus, settings_with({})).catalog.failures()
+    for source, row in failures.items():
+        typer.echo(f"{source}\t{row.reason}")
+    console.print(f"{len(failures)} sources gave no filing in {corpus}")
+
+
+def failure_count(corpus: str, settings: Any) -> int:
+    from producer.spec import open_corpus
+
+    return len(open_corpus(corpus, settings).catalog.failures())
+
+
+@corpus_app.command("upgrade")
+def corpus_upgrade(corpus: CorpusArg) -> None:
+    """Convert a corpus kept in the format before its catalogue (one manifest.json) into the
+    catalogue's tables, once: nothing is ingested again, and runs keep their job ids."""
+    from workers.corpus import Corpus
+    from workers.store import open_store
+    from workers.upgrade import upgrade
+
+    filings = upgrade(Corpus(open_store(corpus, settings_with({}))))
+    console.print(
+        f"{filings} filings moved into the catalogue of {corpus}" if filings else f"{corpus}: nothing to upgrade"
+    )
+
+
+@corpus_app.command("compact")
+def corpus_compact(
+    corpus: CorpusArg,
+    vacuum_hours: Annotated[
+        int, typer.Option("--vacuum-hours", min=168, help="Delete files no catalogue version of this many hours needs.")
+    ] = 168,
+) -> None:
+    """Merge the catalogue's small files (each ingest appends a few): reads stay quick. No row is
+    changed or dropped; files that only versions older than --vacuum-hours need are deleted."""
+    from producer.spec import open_corpus
+
+    done = open_corpus(corpus, settings_with({})).catalog.compact(vacuum_hours)
+    for table, counts in done.items():
+        console.print(
+            f"{table}: {counts['removed']} files merged into {counts['added']}, {counts['deleted']} old files deleted"
+        )

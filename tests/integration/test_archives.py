@@ -2,7 +2,6 @@
 member by ranged GETs, with the same result as its unpacked folder; a worker killed with
 SIGKILL in the middle of one loses no member, and the next run sends only what is missing."""
 
-import json
 import re
 import signal
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 from prism.testing.feed import bases_in, copies, write_archive
 from tests.conftest import SHARED
 from workers.corpus import Corpus
-from workers.store import S3Store
+from workers.store import LocalStore, S3Store
 from workers.testing import fleet_env, prism_cli, s3_client
 
 DAY = date(2024, 3, 1)
@@ -49,7 +48,7 @@ def test_an_archive_in_s3_ingests_on_workers_as_its_folder_does(tmp_path, redis_
     unpacked = prism_cli(["ingest", str(folder), "--corpus", f"s3://{bucket}/from-folder"], env, tmp_path, timeout=300)
     assert unpacked.returncode == 0, unpacked.stderr
     packed, plain = (Corpus(S3Store(bucket, name, client)) for name in ("from-archive", "from-folder"))
-    heads, folder_heads = packed.manifest().filings, plain.manifest().filings
+    heads, folder_heads = packed.catalog.all_filings(), plain.catalog.all_filings()
     assert sorted(heads) == sorted(folder_heads) == sorted(c.name.rsplit(".", 1)[0] for c in day)
     for fid, head in heads.items():
         ours, theirs = packed.get_filing(fid, head.latest), plain.get_filing(fid, folder_heads[fid].latest)
@@ -65,7 +64,9 @@ def test_a_worker_killed_mid_archive_loses_no_member_and_the_next_run_sends_only
 ):
     day = _day(90, largest=3_000_000)  # the 10-Qs too: a member takes a while
     archive = write_archive(tmp_path / "20240301.nc.tar.gz", [(c.name, c.data) for c in day])
-    env = fleet_env(redis_url, s3_server, None, PRISM_VISIBILITY_TIMEOUT_S="5", PRISM_STALL_S="60")
+    env = fleet_env(
+        redis_url, s3_server, None, PRISM_VISIBILITY_TIMEOUT_S="5", PRISM_STALL_S="60", PRISM_INGEST_CHECKPOINT_S="1"
+    )
     corpus = tmp_path / "corpus"
     victim = start_worker(env, 1)
     cmd = [str(Path(sys.executable).parent / "prism"), "ingest", str(archive), "--corpus", str(corpus)]
@@ -81,19 +82,20 @@ def test_a_worker_killed_mid_archive_loses_no_member_and_the_next_run_sends_only
     producer.send_signal(signal.SIGKILL)  # and the run with it
     producer.communicate()
     recorded = _checkpointed(corpus)
-    assert not (corpus / "manifest.json").exists()  # the checkpoints are small records, not the manifest again
     start_worker(env, 2)
     done = prism_cli(["ingest", str(archive), "--corpus", str(corpus)], env, tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     sources, ingested, unchanged, skipped = map(int, SUMMARY.search(done.stderr).groups())  # type: ignore[union-attr]
     assert skipped == len(recorded) and sources == len(day)  # sent: only the members not recorded
-    manifest = json.loads((corpus / "manifest.json").read_text())
-    assert len(manifest["filings"]) == len(day) and manifest["failures"] == {}
-    assert list(manifest["sources"]) == [str(archive)]  # whole now: one source for the next run
-    assert not list((corpus / "journal").glob("*.json"))  # folded into the manifest
+    catalog = Corpus(LocalStore(corpus)).catalog
+    assert len(catalog.all_filings()) == len(day) and catalog.failures() == {}
+    whole = catalog.sources([str(archive)])[str(archive)]  # whole now: one source for the next run
+    assert whole.state == "done" and whole.entry is not None and len(whole.entry.filings) == len(day)
 
 
 def _checkpointed(corpus: Path) -> list[str]:
-    """The archive members an ingest's checkpoints record as done."""
-    parts = sorted((corpus / "journal").glob("*.json")) if (corpus / "journal").exists() else []
-    return [uri for part in parts for uri in json.loads(part.read_text())["done_sources"] if "#" in uri]
+    """The archive members an ingest's checkpoints appended to the catalogue as done."""
+    if not (corpus / "catalog" / "sources").exists():
+        return []
+    rows = Corpus(LocalStore(corpus)).catalog.sources()
+    return [uri for uri, row in rows.items() if "#" in uri and row.state == "done"]

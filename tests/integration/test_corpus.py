@@ -55,9 +55,9 @@ def test_ingest_a_folder_then_reingest_is_a_no_op_and_a_change_is_a_new_version(
     assert "encrypted with a password" in reasons["locked.pdf"] and "image-only" in reasons["scan.pdf"]
     assert "not a readable PDF" in reasons["broken.pdf"]
 
-    manifest = corpus.manifest()
-    assert sorted(manifest.filings) == sorted(first.filings)
-    assert {Path(s).name for s in manifest.failures} == {"locked.pdf", "scan.pdf", "broken.pdf"}
+    catalog = corpus.catalog
+    assert sorted(catalog.all_filings()) == sorted(first.filings)
+    assert {Path(s).name for s in catalog.failures()} == {"locked.pdf", "scan.pdf", "broken.pdf"}
     acme = corpus.get_filing("acme_2023_10K")
     assert acme.meta.company == "Acme" and acme.meta.fiscal_year == 2023 and acme.meta.form_type == "10-K"
     assert acme.meta.guessed == ["form_type"] and acme.chunks[1].flags == ["empty"]
@@ -70,15 +70,12 @@ def test_ingest_a_folder_then_reingest_is_a_no_op_and_a_change_is_a_new_version(
     beta = corpus.get_filing("beta-10k")
     assert "ITEM 1A. RISK FACTORS" in {c.heading for c in beta.chunks} and beta.meta.company == "BETA CORP"
 
-    stored = {k: store.get(k) for k in store.keys("") if k != Corpus.manifest_key}
+    stored = {k: store.get(k) for k in store.keys("") if not k.startswith("catalog/")}
     again = ingest_source(folder, store)
     assert (again.ingested, again.unchanged, again.new_versions, again.failed) == (0, 3, 0, 3)
     assert again.filings == first.filings and (again.pages, again.empty_pages) == (5, 1)
-    after = {k: store.get(k) for k in store.keys("") if k != Corpus.manifest_key}
-    assert after.keys() == stored.keys()
-    assert {k: v for k, v in after.items() if not k.startswith("failures/")} == {
-        k: v for k, v in stored.items() if not k.startswith("failures/")
-    }
+    after = {k: store.get(k) for k in store.keys("") if not k.startswith("catalog/")}
+    assert after == stored  # no filing, head or input written again
 
     (folder / "acme_2023_10K.PDF").write_bytes(pdf(["ACME 10-K cover", None, "Revenue was $12 million."]))
     (folder / "broken.pdf").write_bytes(pdf(["Fixed now."]))
@@ -88,9 +85,9 @@ def test_ingest_a_folder_then_reingest_is_a_no_op_and_a_change_is_a_new_version(
     assert head is not None and [v.version for v in head.versions] == [first.filings["acme_2023_10K"], head.latest]
     assert "$12 million" in corpus.get_filing("acme_2023_10K").chunks[2].text
     assert "$10 million" in corpus.get_filing("acme_2023_10K", first.filings["acme_2023_10K"]).chunks[2].text
-    manifest = corpus.manifest()
-    assert len(manifest.filings["acme_2023_10K"].versions) == 2 and "broken" in manifest.filings
-    assert {Path(s).name for s in manifest.failures} == {"locked.pdf", "scan.pdf"}  # the fixed file's is gone
+    filings = corpus.catalog.all_filings()
+    assert len(filings["acme_2023_10K"].versions) == 2 and "broken" in filings
+    assert {Path(s).name for s in corpus.catalog.failures()} == {"locked.pdf", "scan.pdf"}  # the fixed file's is gone
 
 
 def test_two_files_that_would_share_an_id_fail_the_second(store, tmp_path):
@@ -146,8 +143,8 @@ def test_prism_ingest_stores_each_filing_once_and_names_what_it_could_not_read(t
     assert first.returncode == 3, first.stderr  # some files gave no filing
     assert "3 sources: 2 filings ingested" in first.stderr and "1 failed" in first.stderr
     assert "locked.pdf" in first.stderr and "Traceback" not in first.stderr
-    manifest = json.loads((tmp_path / "corpus" / "manifest.json").read_text())
-    assert len(manifest["filings"]) == 2 and len(manifest["failures"]) == 1
+    catalog = Corpus(LocalStore(tmp_path / "corpus")).catalog
+    assert len(catalog.all_filings()) == 2 and len(catalog.failures()) == 1
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert "0 filings ingested, 0 new versions, 2 unchanged" in again.stderr
     # the ids qrels name, with what each filing is, and the fields that were guessed
@@ -178,7 +175,7 @@ def test_prism_ingest_names_the_files_it_does_not_read_and_refuses_a_corpus_that
     names = ", ".join(f"deck{i}.pptx" for i in range(5))
     assert "7 files not ingested (not .pdf, .htm, .html, .txt, .nc, .jsonl" in done.stderr
     assert f"{names} and 2 more\n" in " ".join(done.stderr.split()) + "\n"
-    assert json.loads((tmp_path / "corpus" / "manifest.json").read_text())["filings"].keys() == {"notes"}
+    assert Corpus(LocalStore(tmp_path / "corpus")).catalog.all_filings().keys() == {"notes"}
     (tmp_path / "corpus.json").write_text("{}")
     refused = prism_cli(
         ["ingest", str(folder), "--corpus", str(tmp_path / "corpus.json")], fleet_env(None, None, None), tmp_path
@@ -211,12 +208,12 @@ def test_fleet_ingest_runs_one_task_per_file_on_workers_and_stores_each_filing_i
     assert "4 sources: 3 filings ingested" in done.stderr and "1 failed" in done.stderr, done.stderr
     assert "broken.pdf" in done.stderr and "Traceback" not in done.stderr
     corpus = Corpus(S3Store(bucket, "corpus-fleet", client))
-    manifest = corpus.manifest()
-    assert sorted(manifest.filings) == ["acme_2023_10k", "beta_q3", "gamma"]
-    assert [Path(s).name for s in manifest.failures] == ["broken.pdf"]
-    assert manifest.filings["acme_2023_10k"].meta.company == "Acme"
+    filings = corpus.catalog.all_filings()
+    assert sorted(filings) == ["acme_2023_10k", "beta_q3", "gamma"]
+    assert [Path(s).name for s in corpus.catalog.failures()] == ["broken.pdf"]
+    assert filings["acme_2023_10k"].meta.company == "Acme"
     # each filing's chunk input for the configured budget was made by the worker that ingested it
-    for fid, entry in manifest.filings.items():
+    for fid, entry in filings.items():
         key = input_key(fid, entry.latest, 2000, "o200k_base")
         assert corpus.store.exists(key), key
     logs = "".join(p.read_text() for p in tmp_path.glob("worker-*.log"))
@@ -293,7 +290,8 @@ def test_a_reingest_sends_only_the_files_that_changed(tmp_path):
     changed = ingest_source(folder, store, dispatch=dispatch)
     assert sent[2] == ["co0_2023_10K.txt", "co2_2023_10K.txt", "co3_2023_10K.txt"]
     assert (changed.new_versions, changed.unchanged, changed.skipped) == (2, 3, 2)  # new metadata: a new version
-    manifest = Corpus(store).manifest()
-    assert manifest.filings["co2_2023_10K"].latest == changed.filings["co2_2023_10K"] != first.filings["co2_2023_10K"]
-    assert set(manifest.filings) == set(first.filings) and len(manifest.sources) == 5
+    catalog = Corpus(store).catalog
+    filings = catalog.all_filings()
+    assert filings["co2_2023_10K"].latest == changed.filings["co2_2023_10K"] != first.filings["co2_2023_10K"]
+    assert set(filings) == set(first.filings) and len(catalog.sources()) == 5
     assert ingest_source(folder, store, dispatch=dispatch).skipped == 5 and sent[3] == []

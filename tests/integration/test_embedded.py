@@ -29,7 +29,7 @@ def manifest(results: Path, run_id: str) -> dict:
 
 def test_the_financebench_question_set_completes_embedded_at_no_cost(tmp_path):
     ingest_source(PAGES, LocalStore(tmp_path / "corpus"), meta=DOC_INFO)
-    in_corpus = set(Corpus(LocalStore(tmp_path / "corpus")).manifest().filings)
+    in_corpus = set(Corpus(LocalStore(tmp_path / "corpus")).catalog.all_filings())
     rows = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
     with (tmp_path / "questions.jsonl").open("w") as out:
         for q in rows:

@@ -114,7 +114,7 @@ def test_every_question_is_listed_and_its_page_holds_its_rows_with_each_passage_
     hrefs = page.eval_on_selector_all("#questions li a", "links => links.map(a => a.getAttribute('href'))")
     for q in viewer["questions"]:
         assert any(f"id={quote(q['id'], safe='')}" in h for h in hrefs), q["id"]
-    corpus = Corpus(LocalStore(viewer["work"] / "corpus")).manifest().filings
+    corpus = Corpus(LocalStore(viewer["work"] / "corpus")).catalog.all_filings()
     linked = {fid for fid, e in corpus.items() if e.meta.cik and e.meta.accession}
     checked = 0
     for href in hrefs:

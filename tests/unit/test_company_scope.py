@@ -16,7 +16,7 @@ def _filing(fid: str, company: str | None, cik: str | None = None, ticker: str |
     return fid, FilingMeta(company=company, cik=cik, ticker=ticker, form_type="10-K", source_uri=fid)
 
 
-VIEW = CorpusView(
+VIEW = CorpusView.of_filings(
     [
         _filing("nvda23", "NVIDIA CORP", "0001045810", "NVDA"),
         _filing("nvda22", "NVIDIA CORP", "0001045810"),  # no ticker before inline XBRL: found by its CIK
@@ -61,7 +61,7 @@ def test_names_are_keyed_without_case_punctuation_or_legal_form():
         ("Goldman Sachs Group", ["gs"]),
         ("Goldman Sachs", []),  # fits two companies: neither is guessed
         ("Globex", []),
-        (None, sorted(fid for fid, _ in VIEW.everything)),
+        (None, sorted(fid for fid, _ in VIEW.pool(None))),
     ],
 )
 def test_a_scope_company_matches_by_cik_ticker_name_or_first_words(scope, filings):

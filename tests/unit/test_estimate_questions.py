@@ -56,7 +56,7 @@ def _meta(company: str, form: str, year: int, quarter: int | None = None) -> Fil
     return FilingMeta(company=company, form_type=form, fiscal_year=year, fiscal_quarter=quarter, source_uri=company)
 
 
-VIEW = CorpusView(
+VIEW = CorpusView.of_filings(
     [
         ("acme22", _meta("Acme Corp", "10-K", 2022)),
         ("acme23", _meta("Acme Corp", "10-K", 2023)),

@@ -83,7 +83,7 @@ def _lines(data: bytes) -> bytes:
 def _filings(corpus: Corpus) -> dict[str, dict]:
     """What a corpus holds of each filing, apart from where it was read from."""
     out = {}
-    for fid, head in corpus.manifest().filings.items():
+    for fid, head in corpus.catalog.all_filings().items():
         filing = corpus.get_filing(fid, head.latest)
         meta = filing.meta.model_dump(exclude={"source_uri"})
         out[fid] = {"meta": meta, "pages": filing.pages, "chunks": [c.text for c in filing.chunks]}
@@ -104,8 +104,9 @@ def test_an_archive_ingests_as_its_unpacked_folder_does(tmp_path, day, suffix):
     assert _filings(Corpus(LocalStore(tmp_path / "from-archive"))) == _filings(
         Corpus(LocalStore(tmp_path / "from-folder"))
     )
-    sources = Corpus(LocalStore(tmp_path / "from-archive")).manifest().sources
+    sources = Corpus(LocalStore(tmp_path / "from-archive")).catalog.sources()
     assert list(sources) == [str(archive)]  # the archive is one source: its members' entries folded in
+    assert sources[str(archive)].entry is not None and len(sources[str(archive)].entry.filings) == len(day)
     again = ingest_source(archive, LocalStore(tmp_path / "from-archive"), counter=COUNTER)
     assert (again.sources, again.skipped, again.opened, again.unchanged) == (1, 1, 0, len(day))
 
@@ -124,9 +125,9 @@ def test_a_filter_takes_the_forms_it_names_exactly_and_reads_no_other_member(tmp
     assert summary.ingested == summary.opened == len(ten_ks) == 4  # no other member was read
     assert summary.left_out == len(members) - len(ten_ks) and summary.failures == []
     corpus = Corpus(store)
-    assert {corpus.get_filing(fid, head.latest).meta.accession for fid, head in corpus.manifest().filings.items()} == {
-        c.accession for c in ten_ks
-    }
+    assert {
+        corpus.get_filing(fid, head.latest).meta.accession for fid, head in corpus.catalog.all_filings().items()
+    } == {c.accession for c in ten_ks}
     again = ingest_source(archive, store, counter=COUNTER, chosen=chosen)
     assert (again.skipped, again.opened, again.left_out) == (1, 0, summary.left_out)
 

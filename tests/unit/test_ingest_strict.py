@@ -66,7 +66,7 @@ def test_a_gzip_named_html_and_a_pdf_named_txt_are_stored_failures(tmp_path):
     (folder / "good.txt").write_bytes(NOTES)
     summary = ingest_source(folder, LocalStore(tmp_path / "corpus"))
     assert (summary.ingested, summary.failed) == (1, 2)
-    failures = Corpus(LocalStore(tmp_path / "corpus")).manifest().failures
+    failures = Corpus(LocalStore(tmp_path / "corpus")).catalog.failures()
     html, txt = (folder / "acme.html").resolve().as_posix(), (folder / "notes.txt").resolve().as_posix()
     assert failures[html].reason == "named .html but the content is gzip data"
     assert failures[txt].reason == "named .txt but the content is a PDF"
@@ -81,7 +81,7 @@ def test_a_link_to_nothing_is_named(tmp_path):
     link = f"{folder.resolve().as_posix()}/acme.pdf"
     said = f"{link}: a link to {(tmp_path / 'moved' / 'acme.pdf').resolve()}, which does not exist"
     assert summary.failures == [said] and (summary.sources, summary.ingested, summary.failed) == (2, 1, 1)
-    assert link in Corpus(LocalStore(tmp_path / "corpus")).manifest().failures
+    assert link in Corpus(LocalStore(tmp_path / "corpus")).catalog.failures()
 
 
 def test_metadata_lines_that_cannot_apply_are_named_and_the_good_ones_apply(tmp_path):
@@ -105,14 +105,14 @@ def test_metadata_lines_that_cannot_apply_are_named_and_the_good_ones_apply(tmp_
         f"{listing} line 4": "unknown key 'compnay' (did you mean 'company'?); the rest of the record applies",
     }
     assert summary.failed_sources == said and summary.failures == [f"{s}: {r}" for s, r in said.items()]
-    assert {s: f.reason for s, f in Corpus(store).manifest().failures.items()} == said
+    assert {s: f.reason for s, f in Corpus(store).catalog.failures().items()} == said
     a, b = Corpus(store).get_filing("a"), Corpus(store).get_filing("b")
     assert (a.meta.company, a.meta.form_type, a.meta.extra) == ("Acme", "10-K", {"gics_sector": "Industrials"})
     assert b.meta.form_type == "8-K" and b.meta.extra == {"compnay": "Beta"}  # applied, the misspelled key unused
     # The lines fixed: their failures leave the manifest; nothing else is named.
     (folder / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:1]))
     again = ingest_source(folder, store)
-    assert again.failures == [] and Corpus(store).manifest().failures == {}
+    assert again.failures == [] and Corpus(store).catalog.failures() == {}
 
 
 def test_a_meta_jsonl_given_is_checked_against_the_folder_and_financebench_extra_keys_are_not_named(tmp_path):
@@ -164,6 +164,6 @@ def test_the_corpus_is_written_exactly_where_it_is_given(tmp_path):
     folder.mkdir()
     (folder / "a.txt").write_bytes(NOTES)
     ingest_source(folder, LocalStore(tmp_path / "corpus"))
-    assert sorted(p.name for p in (tmp_path / "corpus").iterdir()) == ["filings", "inputs", "manifest.json"]
-    assert list(Corpus(LocalStore(tmp_path / "corpus")).manifest().filings) == ["a"]  # every reader finds it there
+    assert sorted(p.name for p in (tmp_path / "corpus").iterdir()) == ["catalog", "filings", "inputs"]
+    assert list(Corpus(LocalStore(tmp_path / "corpus")).catalog.all_filings()) == ["a"]  # every reader finds it there
     assert Corpus(LocalStore(tmp_path / "corpus")).stored_bytes() > len(NOTES)

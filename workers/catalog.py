@@ -1,0 +1,411 @@
+"""The corpus catalogue: what a corpus holds, as three Delta Lake tables under ``<corpus>/catalog/``,
+appended by what an ingest changed and read by what the work needs (a company's filings, the
+sources an ingest lists), never whole. docs/corpus.md says why Delta Lake and how to query it.
+
+catalog/filings     a row each time a filing's head changed: its latest version, identity and
+                    every version (``head``, a FilingEntry), partitioned by its company's bucket
+catalog/sources     a row each time a source file was ingested, failed, or its failure cleared,
+                    partitioned by the bucket of its file (an archive's members with their archive,
+                    a metadata file's lines with their file)
+catalog/companies   a row per company name and ticker first seen: the company index, read whole
+
+The tables are append-only: the newest row of a filing id (or a source) is its state. Appends
+from concurrent ingests are transactions of their own (optimistic, on a folder or on S3 with
+conditional puts), so none loses another's rows.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import zlib
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from prism.ingest.models import FilingEntry, SourceEntry
+from prism.planning import CompanyRow, company_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from workers.store import Store
+
+BUCKETS = 64  # partitions of the filings and sources tables: a company's or a file's rows in one
+TABLES = ("filings", "sources", "companies")
+SCAN_BATCH = 8_192  # rows a streamed read holds at once
+COMMIT_TRIES = 8
+SourceState = Literal["done", "failed", "cleared"]
+_GROUPED = re.compile(r"(#.*| line \d+)$")  # an archive member, a metadata file's line: with its file
+
+
+def bucket_of(text: str) -> int:
+    return zlib.crc32(text.encode()) % BUCKETS
+
+
+def source_bucket(source: str) -> int:
+    return bucket_of(_GROUPED.sub("", source))
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """A source file's last state: ingested (its entry), failed (why), or its failure cleared."""
+
+    source: str
+    state: SourceState
+    entry: SourceEntry | None = None
+    reason: str | None = None  # why it failed
+    at: datetime | None = None
+
+
+@dataclass
+class Reads:
+    """What this catalogue object has read: tables opened, partitions and rows; the tests assert
+    on it that planning reads a company's rows, not the corpus."""
+
+    rows: int = 0
+    buckets: set[tuple[str, int]] = field(default_factory=set)
+    whole: list[str] = field(default_factory=list)  # tables read whole (the company index)
+
+
+class Catalog:
+    """The catalogue of one corpus Store, at its newest state or at ``version`` (of the filings
+    table: the state a run names)."""
+
+    def __init__(self, store: Store, version: int | None = None) -> None:
+        self.store, self.at_version = store, version
+        self.reads = Reads()
+        self._tables: dict[str, Any] = {}
+
+    # -- where it lives ----------------------------------------------------------------------
+
+    def location(self, table: str) -> tuple[str, dict[str, str]]:
+        return self.store.table_location(f"catalog/{table}")
+
+    def exists(self) -> bool:
+        return self._table("filings") is not None
+
+    def version(self) -> int | None:
+        """The filings table's version: what a run plans against (None: nothing ingested yet)."""
+        table = self._table("filings")
+        return None if table is None else int(table.version())
+
+    def _table(self, name: str):  # noqa: ANN202 - a DeltaTable, loaded once per Catalog
+        """A table at the version asked for, or brought up to its newest (what other ingests
+        committed since it was loaded: a listing of its log's new entries)."""
+        if name in self._tables and (self.at_version is None or name != "filings"):
+            self._tables[name].update_incremental()
+        if name not in self._tables:
+            from deltalake import DeltaTable
+
+            uri, options = self.location(name)
+            if not DeltaTable.is_deltatable(uri, storage_options=options):
+                return None
+            version = self.at_version if name == "filings" else None
+            self._tables[name] = DeltaTable(uri, version=version, storage_options=options)
+        return self._tables[name]
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append(
+        self,
+        heads: Mapping[str, FilingEntry] = {},
+        done: Mapping[str, SourceEntry] = {},
+        failed: Mapping[str, str] = {},
+        cleared: Collection[str] = (),
+    ) -> None:
+        """One ingest's changes, each table's rows in one transaction: the filings' heads (and
+        companies not yet in the index), the sources done, failed and cleared."""
+        at = _utcnow()
+        if heads:
+            self._write("filings", _filing_rows(heads.values(), at), ["bucket"])
+            if fresh := self._new_companies(heads.values(), at):
+                self._write("companies", fresh, None)
+        sources = [_source_row(s, "done", entry=e, at=at) for s, e in done.items()]
+        sources += [_source_row(s, "failed", reason=why, at=at) for s, why in failed.items()]
+        sources += [_source_row(s, "cleared", at=at) for s in cleared if s not in done and s not in failed]
+        if sources:
+            self._write("sources", sources, ["bucket"])
+        self._tables.clear()  # read again at their new versions
+
+    def _write(self, table: str, rows: list[dict[str, Any]], partition_by: list[str] | None) -> None:
+        """Append, retrying a commit that lost a race with another ingest's (delta-rs retries a
+        concurrent append itself; a table created by two writers at once is retried here)."""
+        from deltalake import WriterProperties, write_deltalake
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        uri, options = self.location(table)
+        data = _arrow(table, rows)
+        properties = WriterProperties(compression="ZSTD")
+        for attempt in range(COMMIT_TRIES):
+            try:
+                write_deltalake(
+                    uri,
+                    data,
+                    mode="append",
+                    partition_by=partition_by,
+                    storage_options=options,
+                    writer_properties=properties,
+                    configuration={"delta.checkpointInterval": "50"},
+                )
+                return
+            except (CommitFailedError, DeltaError):
+                if attempt == COMMIT_TRIES - 1:
+                    raise
+                time.sleep(0.05 * 2**attempt)
+
+    def _new_companies(self, heads: Iterable[FilingEntry], at: datetime) -> list[dict[str, Any]]:
+        known = {(r.company, r.name, r.ticker) for r in self.companies()}
+        fresh: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for head in heads:
+            meta, company = head.meta, company_of(head.meta)
+            key = (company, meta.company or "", meta.ticker or "")
+            if company and key not in known:
+                fresh[key] = {"company": key[0], "name": key[1], "ticker": key[2], "cik": meta.cik or "", "at": at}
+        return list(fresh.values())
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def companies(self) -> list[CompanyRow]:
+        """The company index, whole: one row per name and ticker a company filed under."""
+        table = self._table("companies")
+        if table is None:
+            return []
+        self.reads.whole.append("companies")
+        found = table.to_pyarrow_table(columns=["company", "name", "ticker", "cik"])
+        rows = {tuple(r.values()) for r in found.to_pylist()}
+        return [CompanyRow(*row) for row in sorted(rows)]
+
+    def filings_of(self, companies: Collection[str]) -> dict[str, FilingEntry]:
+        """The heads of the given companies' filings (company values as company_of gives them)."""
+        import pyarrow.compute as pc
+
+        buckets = sorted({bucket_of(c) for c in companies})
+        wanted = list(companies)
+        heads: dict[str, tuple[datetime, FilingEntry]] = {}
+        for bucket in buckets:
+            for batch in self._scan("filings", bucket, pc.field("company").isin(wanted), ["id", "head", "at"]):
+                _newest(heads, batch)
+        return {fid: head for fid, (_, head) in sorted(heads.items())}
+
+    def filings(self, where: Callable[[FilingEntry], bool] = lambda _: True) -> Iterator[FilingEntry]:
+        """Every filing's head, streamed partition by partition (bounded memory: a partition's rows)."""
+        for bucket in range(BUCKETS):
+            heads: dict[str, tuple[datetime, FilingEntry]] = {}
+            for batch in self._scan("filings", bucket, None, ["id", "head", "at"]):
+                _newest(heads, batch)
+            yield from (head for _, (_, head) in sorted(heads.items()) if where(head))
+
+    def all_filings(self) -> dict[str, FilingEntry]:
+        """Every filing's head, in memory: for tests and tools, never for a night's work."""
+        return {head.id: head for head in self.filings()}
+
+    def sources(self, uris: Collection[str] | None = None) -> dict[str, SourceRow]:
+        """The last state of each of the given sources that the catalogue holds (every source's
+        when none are given: tools and tests)."""
+        import pyarrow.compute as pc
+
+        found: dict[str, SourceRow] = {}
+        by_bucket: dict[int, list[str] | None] = {b: None for b in range(BUCKETS)} if uris is None else {}
+        for uri in uris or ():
+            some = by_bucket.setdefault(source_bucket(uri), [])
+            assert some is not None
+            some.append(uri)
+        for bucket, some in sorted(by_bucket.items()):
+            where = pc.field("source").isin(some) if some is not None else None
+            for batch in self._scan("sources", bucket, where, None):
+                for row in batch.to_pylist():
+                    _newer_source(found, row)
+        return found
+
+    def failures(self, under: str | None = None) -> dict[str, SourceRow]:
+        """The sources whose last state is a failure: every one, or those of one file (an
+        archive's members, a metadata file's lines)."""
+        import pyarrow.compute as pc
+
+        buckets = [source_bucket(under)] if under is not None else range(BUCKETS)
+        found: dict[str, SourceRow] = {}
+        for bucket in buckets:
+            where = pc.starts_with(pc.field("source"), under) if under is not None else None
+            for batch in self._scan("sources", bucket, where, None):
+                for row in batch.to_pylist():
+                    _newer_source(found, row)
+        return {s: row for s, row in sorted(found.items()) if row.state == "failed"}
+
+    def _scan(self, name: str, bucket: int, where: Any, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+        table = self._table(name)
+        if table is None:
+            return
+        self.reads.buckets.add((name, bucket))
+        dataset = table.to_pyarrow_dataset(partitions=[("bucket", "=", str(bucket))])
+        for batch in dataset.to_batches(columns=columns, filter=where, batch_size=SCAN_BATCH):
+            self.reads.rows += batch.num_rows
+            yield batch
+
+    def since(self, at: datetime) -> Iterator[FilingEntry]:
+        """The heads written after ``at``: each file's row groups whose statistics say none is
+        newer are skipped, so a night reads what it added, not the corpus."""
+        import pyarrow.dataset as ds
+
+        table = self._table("filings")
+        if table is None:
+            return
+        for batch in table.to_pyarrow_dataset().to_batches(columns=["head"], filter=ds.field("at") > at):
+            self.reads.rows += batch.num_rows
+            yield from (FilingEntry.model_validate_json(h) for h in batch.column(0).to_pylist())
+
+    def newest_at(self) -> datetime | None:
+        """The time of the newest row of the filings table, from its files' statistics (which
+        keep milliseconds: the true time is within the millisecond after)."""
+        table = self._table("filings")
+        if table is None:
+            return None
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        actions = pa.table(table.get_add_actions(flatten=True))  # delta-rs answers in arro3; read as pyarrow
+        if "max.at" not in actions.column_names:
+            return None
+        newest = pc.max(actions.column("max.at")).as_py()
+        return newest + timedelta(milliseconds=1) if newest is not None else None
+
+    # -- upkeep ------------------------------------------------------------------------------
+
+    def compact(self, vacuum_hours: int = 168) -> dict[str, dict[str, Any]]:
+        """Each table's small files merged (no row is changed or dropped), its log checkpointed,
+        and files no version of the last ``vacuum_hours`` needs deleted (never under 168 hours:
+        a run in flight plans against the version it named)."""
+        done: dict[str, dict[str, Any]] = {}
+        for name in TABLES:
+            table = self._table(name)
+            if table is None:
+                continue
+            metrics = table.optimize.compact()
+            table.create_checkpoint()
+            removed = table.vacuum(retention_hours=vacuum_hours, dry_run=False, enforce_retention_duration=True)
+            done[name] = {"added": metrics.get("numFilesAdded", 0), "removed": metrics.get("numFilesRemoved", 0)}
+            done[name]["deleted"] = len(removed)
+        self._tables.clear()
+        return done
+
+
+def _newest(heads: dict[str, tuple[datetime, FilingEntry]], batch: pa.RecordBatch) -> None:
+    for fid, head, at in zip(*(batch.column(i).to_pylist() for i in range(3))):
+        if fid not in heads or heads[fid][0] <= at:
+            heads[fid] = (at, FilingEntry.model_validate_json(head))
+
+
+def _newer_source(found: dict[str, SourceRow], row: dict[str, Any]) -> None:
+    held = found.get(row["source"])
+    if held is not None and held.at is not None and held.at > row["at"]:
+        return
+    entry = SourceEntry.model_validate_json(row["entry"]) if row["entry"] else None
+    found[row["source"]] = SourceRow(row["source"], row["state"], entry, row["reason"], row["at"])
+
+
+def _filing_rows(heads: Iterable[FilingEntry], at: datetime) -> list[dict[str, Any]]:
+    rows = []
+    for head in heads:
+        meta, company = head.meta, company_of(head.meta)
+        latest = next((v for v in head.versions if v.version == head.latest), None)
+        rows.append(
+            {
+                "bucket": bucket_of(company),
+                "company": company,
+                "id": head.id,
+                "latest": head.latest,
+                "name": meta.company,
+                "cik": meta.cik,
+                "ticker": meta.ticker,
+                "form": meta.form_type,
+                "period_end": meta.period_end,
+                "fiscal_year": meta.fiscal_year,
+                "filed": meta.filed,
+                "accession": meta.accession,
+                "pages": latest.pages if latest else 0,
+                "tokens": latest.tokens if latest else 0,
+                "head": head.model_dump_json(),
+                "at": head.updated_at or at,
+            }
+        )
+    return rows
+
+
+def _source_row(
+    source: str, state: SourceState, entry: SourceEntry | None = None, reason: str | None = None, *, at: datetime
+) -> dict[str, Any]:
+    return {
+        "bucket": source_bucket(source),
+        "source": source,
+        "state": state,
+        "fingerprint": entry.fingerprint if entry else None,
+        "entry": entry.model_dump_json() if entry else None,
+        "reason": reason,
+        "at": at,
+    }
+
+
+def _arrow(table: str, rows: list[dict[str, Any]]) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=SCHEMAS[table]())
+
+
+def _schemas() -> dict[str, Callable[[], pa.Schema]]:
+    def filings() -> pa.Schema:
+        import pyarrow as pa
+
+        text, when = pa.string(), pa.timestamp("us", tz="UTC")
+        return pa.schema(
+            [
+                ("bucket", pa.int32()),
+                ("company", text),
+                ("id", text),
+                ("latest", text),
+                ("name", text),
+                ("cik", text),
+                ("ticker", text),
+                ("form", text),
+                ("period_end", pa.date32()),
+                ("fiscal_year", pa.int32()),
+                ("filed", pa.date32()),
+                ("accession", text),
+                ("pages", pa.int32()),
+                ("tokens", pa.int64()),
+                ("head", text),
+                ("at", when),
+            ]
+        )
+
+    def sources() -> pa.Schema:
+        import pyarrow as pa
+
+        text = pa.string()
+        return pa.schema(
+            [
+                ("bucket", pa.int32()),
+                ("source", text),
+                ("state", text),
+                ("fingerprint", text),
+                ("entry", text),
+                ("reason", text),
+                ("at", pa.timestamp("us", tz="UTC")),
+            ]
+        )
+
+    def companies() -> pa.Schema:
+        import pyarrow as pa
+
+        text = pa.string()
+        fields = [("company", text), ("name", text), ("ticker", text), ("cik", text)]
+        return pa.schema([*fields, ("at", pa.timestamp("us", tz="UTC"))])
+
+    return {"filings": filings, "sources": sources, "companies": companies}
+
+
+SCHEMAS = _schemas()
