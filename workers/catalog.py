@@ -242,7 +242,7 @@ class Catalog:
         if table is None:
             return
         self.reads.buckets.add((name, bucket))
-        dataset = table.to_pyarrow_dataset(partitions=[("bucket", "=", str(bucket))])
+        dataset = table.to_pyarrow_dataset(file_pruning_predicate=[("bucket", "=", str(bucket))])
         for batch in dataset.to_batches(columns=columns, filter=where, batch_size=SCAN_BATCH):
             self.reads.rows += batch.num_rows
             yield batch

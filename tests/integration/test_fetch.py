@@ -17,6 +17,8 @@ import pytest
 from prism.testing.edgar import Imitation, write_layout
 from prism.testing.feed import bases_in, copies
 from tests.conftest import SHARED
+from workers.catalog import Catalog
+from workers.store import LocalStore
 from workers.testing import fleet_env, prism_cli
 
 NIGHT1, NIGHT2 = date(2024, 3, 4), date(2024, 3, 5)
@@ -162,5 +164,5 @@ def test_since_last_takes_the_new_nights_filings_only(tmp_path, edgar):
     assert done.returncode == 0, done.stderr
     asked = [s.path for s in edgar.log[before:]]
     assert len([p for p in asked if "/data/" in p]) == 2 and all("daily-index" in p for p in asked if "/data/" not in p)
-    manifest = json.loads((corpus / "manifest.json").read_text())
-    assert len(manifest["filings"]) == 12 and {f["meta"]["form_type"] for f in manifest["filings"].values()} == {"10-K"}
+    filings = Catalog(LocalStore(corpus)).all_filings()
+    assert len(filings) == 12 and {f.meta.form_type for f in filings.values()} == {"10-K"}
