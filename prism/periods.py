@@ -10,8 +10,10 @@ filing-type scores of document ranking, then by recency.
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 
@@ -212,49 +214,67 @@ class Choice:
 def choose_filings(
     period: Period,
     form_scores: Mapping[str, float],
-    filings: Sequence[tuple[str, FilingMeta]],
+    filings: Iterable[tuple[str, FilingMeta]],
     top_f: FilingsPerQuestion = 1,
     form_types: Sequence[str] = (),
 ) -> list[Choice]:
     """The best ``top_f`` filings of score_filings; ``"auto"``: the best and the next ones (up to
     AUTO_MAX) scored within AUTO_MARGIN of it."""
-    scored = score_filings(period, form_scores, filings, form_types)
+    return best_of(score_filings(period, form_scores, filings, form_types, keep=kept_for(top_f)), top_f)
+
+
+def kept_for(top_f: FilingsPerQuestion) -> int:
+    """How many of the best scored filings best_of may take."""
+    return AUTO_MAX if top_f == "auto" else top_f
+
+
+def best_of(scored: Sequence[Choice], top_f: FilingsPerQuestion) -> list[Choice]:
+    """The chosen of filings scored best first (score_filings)."""
     if not scored:
         return []
     if top_f == "auto":
         return [c for c in scored[:AUTO_MAX] if c.score >= scored[0].score - AUTO_MARGIN]
-    return scored[:top_f]
+    return list(scored[:top_f])
 
 
 def score_filings(
     period: Period,
     form_scores: Mapping[str, float],
-    filings: Sequence[tuple[str, FilingMeta]],
+    filings: Iterable[tuple[str, FilingMeta]],
     form_types: Sequence[str] = (),
+    keep: int | None = None,
 ) -> list[Choice]:
-    """The filings in scope, best first: by period fit, then the filing type's score from
-    document ranking (scaled to 0..1 over the types), then recency. ``form_types`` restricts the
-    types; a named period leaves out filings that do not report it (none left: an empty list)."""
-    pool = [(fid, meta) for fid, meta in filings if not form_types or meta.form_type in form_types]
-    if period.year is not None:  # a period named: only filings that report it are in scope
-        pool = [(fid, meta) for fid, meta in pool if period_fit(period, meta) > 0]
-    if not pool:
+    """The filings in scope, best first (the best ``keep`` of them): by period fit, then the
+    filing type's score from document ranking (scaled to 0..1 over the types), then recency.
+    ``form_types`` restricts the types; a named period leaves out filings that do not report it
+    (none left: an empty list). ``filings`` is read twice and never held: an unscoped question's
+    pool is the whole catalogue, streamed (recency ranks by a count of each filing date)."""
+
+    def fits(meta: FilingMeta) -> bool:
+        wanted = not form_types or meta.form_type in form_types
+        return wanted and (period.year is None or period_fit(period, meta) > 0)
+
+    dates = Counter(_recency(meta) for _, meta in filings if fits(meta))
+    if not dates:
         return []
+    last_of, seen = {}, 0  # a recency's rank: the last place it takes in the pool's order
+    for when in sorted(dates):
+        seen += dates[when]
+        last_of[when] = seen - 1
     values = list(form_scores.values()) or [0.0]
     low, high = min(values), max(values)
 
-    def form(meta: FilingMeta) -> float:
+    def scored(fid: str, meta: FilingMeta) -> Choice:
         raw = form_scores.get(meta.form_type or "", low)
-        return (raw - low) / (high - low) if high > low else 0.0
-
-    order = sorted(_recency(m) for _, m in pool)
-    rank_of = {r: i for i, r in enumerate(order)}
-    scored = []
-    for fid, meta in pool:
-        fit, kind = period_fit(period, meta), form(meta)
-        recency = (0.5 if period.latest else 0.01) * rank_of[_recency(meta)] / max(len(order) - 1, 1)
+        fit, kind = period_fit(period, meta), (raw - low) / (high - low) if high > low else 0.0
+        recency = (0.5 if period.latest else 0.01) * last_of[_recency(meta)] / max(seen - 1, 1)
         score = 2.0 * fit + kind + recency
         reason = f"period {period.label()} fit {fit:.1f}, {meta.form_type or 'unknown form'} score {kind:.2f}"
-        scored.append(Choice(fid, round(score, 4), fit, round(kind, 4), reason, round(recency, 4)))
-    scored.sort(key=lambda c: (-c.score, c.filing_id))
-    return scored
+        return Choice(fid, round(score, 4), fit, round(kind, 4), reason, round(recency, 4))
+
+    choices = (scored(fid, meta) for fid, meta in filings if fits(meta))
+    return heapq.nsmallest(keep, choices, key=_best_first) if keep is not None else sorted(choices, key=_best_first)
+
+
+def _best_first(choice: Choice) -> tuple[float, str]:
+    return -choice.score, choice.filing_id

@@ -12,13 +12,13 @@ import difflib
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from prism.ingest.models import FilingMeta
 from prism.models import RunConfig
-from prism.periods import Choice, Period, choose_filings, resolve_period, score_filings
+from prism.periods import Choice, Period, best_of, kept_for, resolve_period, score_filings
 from prism.questions import Question, cik_number, company_key, company_words
 
 NO_FILING = "no filing in scope"
@@ -29,6 +29,27 @@ CompanyId = int | str  # a CIK, or the name key of filings that carry none
 Versioned = tuple[str, FilingMeta, str]
 Loader = Callable[[Sequence[str]], list[Versioned]]
 KEPT_SCOPES = 256  # the companies' filings a view keeps: the last scopes it planned
+
+
+class Everything:
+    """An unscoped question's pool: every filing of the corpus, read anew each time it is
+    iterated (a partition at a time, from the catalogue) and never held whole."""
+
+    def __init__(self, stream: Callable[[], Iterable[Versioned]]) -> None:
+        self.stream = stream
+
+    def __iter__(self) -> Iterator[tuple[str, FilingMeta]]:
+        return ((fid, meta) for fid, meta, _ in self.stream())
+
+    def __bool__(self) -> bool:
+        return any(True for _ in self.stream())
+
+    def versions(self, ids: Collection[str] | None = None) -> Iterator[tuple[str, str]]:
+        """(filing id, latest version) of every filing, or of those given."""
+        return ((fid, v) for fid, _, v in self.stream() if ids is None or fid in ids)
+
+
+Pool = Filings | Everything  # a question's filings in scope
 
 
 class CompanyRow(NamedTuple):
@@ -118,11 +139,13 @@ class CorpusView:
             return found, True
         return {c for k in self.by_prefix.get(key, ()) for c in self.by_key[k]}, False
 
-    def pool(self, company: str | None) -> Filings:
+    def pool(self, company: str | None) -> Pool:
         if not company:
-            found_all = list(self.all())
-            self.versions.update((fid, version) for fid, _, version in found_all)
-            return [(fid, meta) for fid, meta, _ in found_all]
+            return Everything(self.all)
+        return self.scope(company)
+
+    def scope(self, company: str) -> Filings:
+        """The filings of the companies a scope names (kept for the next question about them)."""
         values = self.catalogued(company)
         if not values:
             return []
@@ -154,16 +177,28 @@ class CorpusView:
         close = difflib.get_close_matches(company_key(company), list(self.names), n=3, cutoff=0.5)
         return f"; closest companies in the corpus: {', '.join(self.names[k] for k in close)}" if close else ""
 
-    def pool_digest(self, pool: Filings) -> str:
-        """The filings of a scope at their versions: unchanged while none is added, changed or removed."""
+    def pool_digest(self, pool: Pool) -> str:
+        """The filings of a scope at their versions: unchanged while none is added, changed or
+        removed (every filing's, streamed, for an unscoped question)."""
+        if isinstance(pool, Everything):
+            hashed = hashlib.sha256()
+            for fid, version in pool.versions():  # in the catalogue's order, the same each time
+                hashed.update(f"{fid}\t{version}\n".encode())
+            return hashed.hexdigest()[:24]
         return digest(sorted((fid, self.versions[fid]) for fid, _ in pool))
+
+    def versions_of(self, pool: Pool, ids: Collection[str]) -> dict[str, str]:
+        """The latest versions of some filings of a pool."""
+        if isinstance(pool, Everything):
+            return dict(pool.versions(set(ids)))
+        return {fid: self.versions[fid] for fid in ids}
 
 
 @dataclass(frozen=True)
 class InScope:
     """A question's filings in scope and the period it asks about."""
 
-    pool: Filings
+    pool: Pool
     period: Period
 
 
@@ -190,12 +225,11 @@ def choose(
     corpus: str,
 ) -> Chosen:
     """The filings the question is ranked in (best first), or why there is none."""
-    choices: list[Choice] = []
-    considered: list[Choice] = []
-    if scoped.pool:
-        forms = question.scope.form_types
-        choices = choose_filings(scoped.period, form_scores, scoped.pool, config.filings_per_question, forms)
-        considered = score_filings(scoped.period, form_scores, scoped.pool, forms)[:CONSIDERED]
+    top_f = config.filings_per_question
+    keep = max(CONSIDERED, kept_for(top_f))
+    considered = score_filings(scoped.period, form_scores, scoped.pool, question.scope.form_types, keep=keep)
+    choices = best_of(considered, top_f)
+    considered = considered[:CONSIDERED]
     error = None if choices else no_filing(question, scoped.period.label(), view, corpus)
     return Chosen(choices, considered, error)
 

@@ -71,7 +71,7 @@ def planned_by_prior(
     scores = prior.form_scores(question.question) if scoped.pool else {}
     choices, _, error = choose(question, scoped, scores, config, view, corpus)
     by_llm = bool(scoped.pool) and asks_llm(config, prior, question.question)
-    versions = {c.filing_id: view.versions[c.filing_id] for c in choices}
+    versions = view.versions_of(scoped.pool, [c.filing_id for c in choices])
     return PlannedQuestion(question, scoped.period.label(), choices, by_llm, error, versions)
 
 

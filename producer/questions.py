@@ -108,7 +108,7 @@ def qrel_warnings(
             yield f"qrels[{i}].chunk", f"'{qrel.chunk}' is no chunk of '{qrel.filing}': not judged"
 
 
-def question_job(spec: RunSpec, q: Question, corpus_at: str) -> QuestionJob:
+def question_job(spec: RunSpec, q: Question, corpus_version: str) -> QuestionJob:
     assert spec.corpus is not None
     return QuestionJob(
         run_id=spec.run_id,
@@ -120,7 +120,7 @@ def question_job(spec: RunSpec, q: Question, corpus_at: str) -> QuestionJob:
         config=spec.config,
         question=q,
         corpus=spec.corpus,
-        corpus_at=corpus_at,
+        corpus_version=corpus_version,
         reuse=spec.reuse,
         since=spec.since,
     )

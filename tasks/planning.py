@@ -61,7 +61,9 @@ class PlanTask(JobTask):
 def plan_question(self: PlanTask, message: dict) -> None:
     job, rt = QuestionJob.model_validate(message), self.runtime
     ledger = rt.ledger(job.results)
-    view: CorpusView = rt.kept(("corpus", job.corpus, job.corpus_at), lambda: _view(rt, job.corpus, job.corpus_at))
+    view: CorpusView = rt.kept(
+        ("corpus", job.corpus, job.corpus_version), lambda: _view(rt, job.corpus, job.corpus_version)
+    )
     scoped = in_scope(job.question, view)
     plan = _record(job, pool=view.pool_digest(scoped.pool), period=scoped.period.label())
     if job.since is not None and _reused_since(rt, job, plan, ledger):
@@ -76,7 +78,8 @@ def plan_question(self: PlanTask, message: dict) -> None:
     plan.considered = _considered(considered, choices)
     if plan.error is not None and not ledger.has_outcome(job):
         ledger.failure(job, plan.error, self.paid(job))
-    plan.pairs = [_pair(rt, ledger, job, rank, choice, view) for rank, choice in enumerate(choices, start=1)]
+    versions = view.versions_of(scoped.pool, [c.filing_id for c in choices])
+    plan.pairs = [_pair(rt, ledger, job, rank, c, versions[c.filing_id]) for rank, c in enumerate(choices, 1)]
     ledger.planned(job, plan, plan.outcomes)
     log.info("question planned", filings=[p.filing for p in plan.pairs], states=[p.state for p in plan.pairs])
 
@@ -115,11 +118,10 @@ def _reused_since(rt: Runtime, job: QuestionJob, plan: QuestionPlan, ledger: Led
     return False
 
 
-def _pair(rt: Runtime, ledger: Ledger, job: QuestionJob, rank: int, choice: Choice, view: CorpusView) -> PlannedPair:
-    """One chosen filing of a question: its pair done, reused, left pending by the budget, or
-    enqueued for ranking."""
+def _pair(rt: Runtime, ledger: Ledger, job: QuestionJob, rank: int, choice: Choice, version: str) -> PlannedPair:
+    """One chosen filing of a question, at its version: its pair done, reused, left pending by
+    the budget, or enqueued for ranking."""
     q, fid = job.question, choice.filing_id
-    version = view.versions[fid]
     pair = ChunkJob(
         **_common(job),
         job_id=pair_job_id(q.question, fid, version, job.config),

@@ -2,8 +2,10 @@
 appended by what an ingest changed and read by what the work needs (a company's filings, the
 sources an ingest lists), never whole. docs/corpus.md says why Delta Lake and how to query it.
 
-catalog/filings     a row each time a filing's head changed: its latest version, identity and
-                    every version (``head``, a FilingEntry), partitioned by its company's bucket
+catalog/filings     a row each time an ingest stored a filing's head: its latest version, identity
+                    and every version (``head``, a FilingEntry), when the head was written (``at``:
+                    the newest wins) and when its row was committed (``committed``: what a night
+                    counts as new), partitioned by its company's bucket
 catalog/sources     a row each time a source file was ingested, failed, or its failure cleared,
                     partitioned by the bucket of its file (an archive's members with their archive,
                     a metadata file's lines with their file)
@@ -248,19 +250,20 @@ class Catalog:
             yield batch
 
     def since(self, at: datetime) -> Iterator[FilingEntry]:
-        """The heads written after ``at``: each file's row groups whose statistics say none is
-        newer are skipped, so a night reads what it added, not the corpus."""
+        """The heads committed after ``at``: each file's row groups whose statistics say none is
+        newer are skipped, so a night reads what it added, not the corpus. (Committed, not
+        written: a head a worker wrote before a run planned may be committed after it.)"""
         import pyarrow.dataset as ds
 
         table = self._table("filings")
         if table is None:
             return
-        for batch in table.to_pyarrow_dataset().to_batches(columns=["head"], filter=ds.field("at") > at):
+        for batch in table.to_pyarrow_dataset().to_batches(columns=["head"], filter=ds.field("committed") > at):
             self.reads.rows += batch.num_rows
             yield from (FilingEntry.model_validate_json(h) for h in batch.column(0).to_pylist())
 
     def newest_at(self) -> datetime | None:
-        """The time of the newest row of the filings table, from its files' statistics (which
+        """When the filings table's newest row was committed, from its files' statistics (which
         keep milliseconds: the true time is within the millisecond after)."""
         table = self._table("filings")
         if table is None:
@@ -269,9 +272,9 @@ class Catalog:
         import pyarrow.compute as pc
 
         actions = pa.table(table.get_add_actions(flatten=True))  # delta-rs answers in arro3; read as pyarrow
-        if "max.at" not in actions.column_names:
+        if "max.committed" not in actions.column_names:
             return None
-        newest = pc.max(actions.column("max.at")).as_py()
+        newest = pc.max(actions.column("max.committed")).as_py()
         return newest + timedelta(milliseconds=1) if newest is not None else None
 
     # -- upkeep ------------------------------------------------------------------------------
@@ -331,6 +334,7 @@ def _filing_rows(heads: Iterable[FilingEntry], at: datetime) -> list[dict[str, A
                 "tokens": latest.tokens if latest else 0,
                 "head": head.model_dump_json(),
                 "at": head.updated_at or at,
+                "committed": at,
             }
         )
     return rows
@@ -379,6 +383,7 @@ def _schemas() -> dict[str, Callable[[], pa.Schema]]:
                 ("tokens", pa.int64()),
                 ("head", text),
                 ("at", when),
+                ("committed", when),
             ]
         )
 

@@ -64,7 +64,7 @@ class QuestionJob(Job):
     task: Task = "chunks"
     question: Question
     corpus: str
-    corpus_at: str  # the catalogue version the run was planned against: every worker plans on the same state
+    corpus_version: str  # the catalogue version the run was planned against: every worker plans on the same state
     reuse: bool = True  # an earlier run's result for the same job id is reused
     since: str | None = None  # `--new`: a question unchanged since this run reuses its results
     carried: list[CallRecord] = []

@@ -18,17 +18,17 @@ def needs_upgrade(corpus: Corpus) -> bool:
     return corpus.store.exists(MANIFEST)
 
 
-def upgrade(corpus: Corpus) -> int:
+def upgrade(corpus: Corpus) -> int | None:
     """Append an old corpus's catalogue to the tables and retire its manifest (kept as
-    manifest.upgraded.json); the number of filings it held, 0 when there was nothing to do.
+    manifest.upgraded.json); the number of filings it held, None when there was nothing to do.
     Two ingests upgrading at once append the same rows twice, which readers take once (the
     newest row of a filing or source wins, and both are the same)."""
     if not needs_upgrade(corpus):
-        return 0
+        return None
     try:
         manifest = get_model(corpus.store, MANIFEST, CorpusManifest)
     except KeyError:  # another ingest upgraded it meanwhile
-        return 0
+        return None
     done, failed = dict(manifest.sources), {s: f.reason for s, f in manifest.failures.items()}
     heads = dict(manifest.filings)
     for key in sorted(corpus.store.keys("journal/")):  # an ingest cut short: its done sources

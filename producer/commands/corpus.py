@@ -196,7 +196,9 @@ def corpus_upgrade(corpus: CorpusArg) -> None:
 
     filings = upgrade(Corpus(open_store(corpus, settings_with({}))))
     console.print(
-        f"{filings} filings moved into the catalogue of {corpus}" if filings else f"{corpus}: nothing to upgrade"
+        f"{corpus}: nothing to upgrade"
+        if filings is None
+        else f"{filings} filings moved into the catalogue of {corpus}"
     )
 
 

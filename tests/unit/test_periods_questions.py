@@ -178,3 +178,44 @@ def test_qrels_that_cannot_be_judged_are_named_on_their_line():
     assert found["qrels[1].page"] == "page 41 is past the last of 'acme-10k-2023' (40): not judged"
     assert found["qrels[3].page"] == "'notes' has no pages: this page qrel is not judged"
     assert "qrels[2].page" not in found  # the last page is a page
+
+
+def test_an_unscoped_pool_is_streamed_twice_and_chosen_as_a_list_would_be():
+    """An unscoped question's pool is the whole catalogue: read as a stream (twice: recency, then
+    scores), never held, and it chooses and digests what the same filings as a list would."""
+    from datetime import date, timedelta
+
+    from prism.models import RunConfig
+    from prism.planning import CorpusView, Everything, InScope, choose, in_scope
+    from prism.questions import Question
+
+    def meta(i: int) -> FilingMeta:
+        filed = date(2015, 1, 1) + timedelta(days=i % 3000)
+        form = ("10-K", "10-Q", "8-K")[i % 3]
+        return FilingMeta(company=f"Co {i % 97}", form_type=form, filed=filed, period_end=filed, source_uri=str(i))
+
+    versioned = [(f"f{i:05d}", meta(i), f"v{i}") for i in range(5000)]
+    streams: list[int] = []
+
+    def everything():
+        streams.append(1)
+        yield from versioned
+
+    streamed = CorpusView([], lambda _: [], everything)
+    held = CorpusView.of_filings([(f, m) for f, m, _ in versioned], {f: v for f, _, v in versioned})
+    as_list = [(f, m) for f, m, _ in versioned]
+    question = Question(id="q", question="What was revenue in FY2019?")
+    for top in (1, 3, "auto"):
+        config = RunConfig(filings_per_question=top)
+        pool = in_scope(question, streamed)
+        assert isinstance(pool.pool, Everything)
+        streams.clear()
+        got = choose(question, pool, FORMS, config, streamed, "c")
+        assert len(streams) == 2  # recency counted, then scored: never a list of the corpus
+        want = choose(question, InScope(as_list, pool.period), FORMS, config, held, "c")
+        assert got == want and got.choices
+    ids = [c.filing_id for c in got.choices]
+    assert streamed.versions_of(pool.pool, ids) == {f: f"v{int(f[1:])}" for f in ids}
+    before = streamed.pool_digest(pool.pool)
+    versioned[17] = (versioned[17][0], versioned[17][1], "changed")
+    assert streamed.pool_digest(pool.pool) != before
