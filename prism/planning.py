@@ -2,13 +2,11 @@
 about, and the filings it is ranked in, given its filing types' scores. The planning task on the
 fleet, `prism estimate` and the tests all plan through here, so they plan alike.
 
-A company is a CIK: its filings under every name it filed as. A scope matches by CIK, then whole
-name, then ticker; failing those, by a name's first words, and only when they fit one company.
+A scope's company is matched in the corpus's company index (prism.companies).
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from collections import OrderedDict
@@ -16,15 +14,15 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from prism.companies import CompanyIndex, company_of, index_row
 from prism.ingest.models import FilingMeta
 from prism.models import RunConfig
 from prism.periods import Choice, Period, best_of, kept_for, resolve_period, score_filings
-from prism.questions import Question, cik_number, company_key, company_words
+from prism.questions import Question
 
 NO_FILING = "no filing in scope"
 
 Filings = list[tuple[str, FilingMeta]]
-CompanyId = int | str  # a CIK, or the name key of filings that carry none
 # The filings of some catalogue companies (company_of values), each with its latest version.
 Versioned = tuple[str, FilingMeta, str]
 Loader = Callable[[Sequence[str]], list[Versioned]]
@@ -52,73 +50,23 @@ class Everything:
 Pool = Filings | Everything  # a question's filings in scope
 
 
-class CompanyRow(NamedTuple):
-    """One entry of a corpus's company index: a name and ticker a company filed under."""
-
-    company: str  # company_of's value: the CIK as a number, else the name's key
-    name: str
-    ticker: str
-    cik: str
-
-
-def company_of(meta: FilingMeta) -> str:
-    """The company a filing is catalogued under: its CIK as a number, else its name's key ("" for
-    neither, reached only by an unscoped question)."""
-    cik = cik_number(meta.cik)
-    if cik is not None:
-        return str(cik)
-    return company_key(meta.company) if meta.company else ""
-
-
 class CorpusView:
     """What planning reads of a corpus: its company index, whole (one entry per company name and
     ticker), and the filings of the companies a scope resolves to, loaded when asked (the last
-    KEPT_SCOPES kept). An unscoped question reads every filing through ``everything``.
-
-    A company is a CIK: its filings under every name it filed as. A scope matches by CIK, then
-    whole name, then ticker; failing those, by a name's first words, and only when they fit one
-    company (an exact name is never lost to a longer one, "Apple" is not "Apple Hospitality")."""
+    KEPT_SCOPES kept). An unscoped question reads every filing through ``everything``."""
 
     def __init__(
-        self, index: Sequence[CompanyRow], load: Loader, everything: Callable[[], Iterable[Versioned]] = lambda: ()
+        self, index: CompanyIndex, load: Loader, everything: Callable[[], Iterable[Versioned]] = lambda: ()
     ) -> None:
-        self.load, self.all = load, everything
+        self.index, self.load, self.all = index, load, everything
         self.versions: dict[str, str] = {}
         self.kept: OrderedDict[tuple[str, ...], Filings] = OrderedDict()
-        self.companies: dict[CompanyId, set[str]] = {}  # a company -> its catalogue values
-        self.named: dict[CompanyId, str] = {}  # the name it first filed under, for messages
-        self.by_key: dict[str, set[CompanyId]] = {}
-        self.by_ticker: dict[str, set[CompanyId]] = {}
-        self.by_prefix: dict[str, set[str]] = {}  # a key's first words -> the keys they begin
-        self.names: dict[str, str] = {}  # key -> a name as filed
-        words_of = {row.name: company_words(row.name) for row in index if row.name}  # once a name
-        ciks: dict[str, set[int]] = {}
-        for row in index:
-            if row.name and (cik := cik_number(row.cik)) is not None:
-                ciks.setdefault("".join(words_of[row.name]), set()).add(cik)
-        for row in index:
-            words = words_of[row.name] if row.name else ()
-            key, cik = "".join(words), cik_number(row.cik)
-            if cik is None and len(ciks.get(key, ())) == 1:
-                cik = next(iter(ciks[key]))  # no CIK of its own: the one company filing under its name
-            company = cik if cik is not None else key
-            if company == "":
-                continue
-            self.companies.setdefault(company, set()).add(row.company)
-            if row.ticker:
-                self.by_ticker.setdefault(row.ticker.strip().upper(), set()).add(company)
-            if key:
-                self.named.setdefault(company, row.name)
-                self.names.setdefault(key, row.name)
-                self.by_key.setdefault(key, set()).add(company)
-                for n in range(1, len(words)):
-                    self.by_prefix.setdefault("".join(words[:n]), set()).add(key)
 
     @classmethod
     def of_filings(cls, everything: Filings, versions: Mapping[str, str] | None = None) -> CorpusView:
         """A view of filings held in memory (an archive's listing, tests)."""
         versions = dict(versions or {})
-        rows = sorted({CompanyRow(company_of(m), m.company or "", m.ticker or "", m.cik or "") for _, m in everything})
+        index = CompanyIndex.of_rows(index_row(m) for _, m in everything)
         by_company: dict[str, Filings] = {}
         for fid, meta in everything:
             by_company.setdefault(company_of(meta), []).append((fid, meta))
@@ -126,18 +74,7 @@ class CorpusView:
         def load(companies: Sequence[str]) -> list[Versioned]:
             return [(f, m, versions.get(f, "")) for c in companies for f, m in by_company.get(c, [])]
 
-        return cls(rows, load, lambda: [(f, m, versions.get(f, "")) for f, m in everything])
-
-    def match(self, company: str) -> tuple[set[CompanyId], bool]:
-        """The companies a scope names, and whether it names them outright (not by first words)."""
-        cik = cik_number(company)
-        if cik is not None and cik in self.companies:
-            return {cik}, True
-        key = company_key(company)
-        found = self.by_key.get(key) or self.by_ticker.get(company.strip().upper())
-        if found:
-            return found, True
-        return {c for k in self.by_prefix.get(key, ()) for c in self.by_key[k]}, False
+        return cls(index, load, lambda: [(f, m, versions.get(f, "")) for f, m in everything])
 
     def pool(self, company: str | None) -> Pool:
         if not company:
@@ -161,21 +98,21 @@ class CorpusView:
     def catalogued(self, company: str) -> tuple[str, ...]:
         """The catalogue's company values a scope's company resolves to (none for first words
         that fit several companies: none is guessed)."""
-        found, outright = self.match(company)
+        found, outright = self.index.match(company)
         if len(found) > 1 and not outright:
             return ()
-        return tuple(sorted({v for c in found for v in self.companies[c]}))
+        return self.index.values(found)
 
     def hint(self, company: str) -> str:
         """What a no-filing error adds about a scope's company: the companies its words fit when
         they fit several, the closest names when it names none; nothing when it names one."""
-        found, outright = self.match(company)
+        found, outright = self.index.match(company)
         if len(found) > 1 and not outright:
-            return f"; {company!r} could be any of: {', '.join(sorted(self.named[c] for c in found))}"
+            return f"; {company!r} could be any of: {', '.join(self.index.named(found))}"
         if found:
             return ""
-        close = difflib.get_close_matches(company_key(company), list(self.names), n=3, cutoff=0.5)
-        return f"; closest companies in the corpus: {', '.join(self.names[k] for k in close)}" if close else ""
+        close = self.index.closest(company)
+        return f"; closest companies in the corpus: {', '.join(close)}" if close else ""
 
     def pool_digest(self, pool: Pool) -> str:
         """The filings of a scope at their versions: unchanged while none is added, changed or

@@ -10,8 +10,9 @@ from __future__ import annotations
 import difflib
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from functools import cache
 
 from celery import Celery
 
@@ -39,7 +40,7 @@ def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, 
     plan = Plan()
     corpus = open_corpus(spec.corpus, settings)
     spec = replace(spec, corpus=corpus.store.uri)  # a folder by its absolute path: workers run elsewhere
-    version, view = corpus.catalog.version(), corpus.view()
+    version, view = corpus.catalog.version(), cache(corpus.view)  # read when a qrel names no filing
     plan.corpus_version, plan.corpus_at = version, corpus.catalog.newest_at()
     if spec.since is not None:
         plan.changes = filing_changes(store, corpus, spec)
@@ -67,13 +68,13 @@ def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, 
     return plan
 
 
-def _warned(source: str, q: Question, corpus: Corpus, view: CorpusView, plan: Plan) -> list[dict]:
+def _warned(source: str, q: Question, corpus: Corpus, view: Callable[[], CorpusView], plan: Plan) -> list[dict]:
     """The question's qrels that cannot be judged, as warnings; the first few said. A filing
     its qrels name is looked up by id; a missing one is matched against its scope's filings."""
     found = []
     heads = {qrel.filing: corpus.head(qrel.filing) for qrel in q.qrels}
     held = {fid: head for fid, head in heads.items() if head is not None}
-    nearby = [fid for fid, _ in view.pool(q.scope.company)] if q.scope.company and len(held) < len(heads) else []
+    nearby = [fid for fid, _ in view().scope(q.scope.company)] if q.scope.company and len(held) < len(heads) else []
     for field, message in qrel_warnings(q, held, nearby):
         plan.warnings += 1
         found.append({"source": source, "line": q.line, "field": field, "message": message, "query_id": q.id})

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from prism.companies import company_of
 from prism.ingest.models import CorpusManifest, FilingEntry, FilingMeta, IngestFailure, VersionEntry
 from prism.models import FILING_TYPES, RunConfig
-from prism.planning import choose, company_of, in_scope
+from prism.planning import choose, in_scope
 from prism.questions import Question
 from prism.testing.feed import Copy, bases_in, copies, write_archive
 from prism.testing.simulator import SimulatorConfig

@@ -1,0 +1,198 @@
+"""A corpus's company index and how a question's scope names a company in it.
+
+A company is a CIK: its filings under every name it filed as (a name filed without a CIK joins the
+one CIK filing under that name). A scope matches by CIK, then whole name, then ticker; failing
+those, by a name's first words, and only when they fit one company (an exact name is never lost
+to a longer one: "Apple" is not "Apple Hospitality").
+
+The index is held as columns (pyarrow) and each scope is looked up by vectorised comparisons, so
+an index of a hundred thousand companies costs a planning process milliseconds a question, not
+seconds to build dictionaries of every name.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
+
+from prism.ingest.models import FilingMeta
+from prism.questions import cik_number, company_key, company_words
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+CompanyId = int | str  # a CIK, or the name key of filings that carry none
+COLUMNS = ("company", "name", "ticker", "cik", "words")
+
+
+class CompanyRow(NamedTuple):
+    """One entry of a corpus's company index: a name and ticker a company filed under."""
+
+    company: str  # company_of's value: the CIK as a number, else the name's key
+    name: str
+    ticker: str
+    cik: str
+    words: str | None = None  # the name's company_words, a space apart (computed when None)
+
+
+def company_of(meta: FilingMeta) -> str:
+    """The company a filing is catalogued under: its CIK as a number, else its name's key ("" for
+    neither, reached only by an unscoped question)."""
+    cik = cik_number(meta.cik)
+    if cik is not None:
+        return str(cik)
+    return company_key(meta.company) if meta.company else ""
+
+
+def index_row(meta: FilingMeta) -> CompanyRow:
+    """The index entry a filing's identity gives."""
+    name = meta.company or ""
+    return CompanyRow(company_of(meta), name, meta.ticker or "", meta.cik or "", " ".join(company_words(name)))
+
+
+class CompanyIndex:
+    """The company index as columns: catalogue value, name, ticker, CIK and the name's words."""
+
+    def __init__(self, table: pa.Table) -> None:
+        import pyarrow.compute as pc
+
+        table = table.sort_by([(c, "ascending") for c in COLUMNS[:4]])
+        has_cik = pc.and_(pc.utf8_is_digit(table["company"]), pc.not_equal(table["cik"], ""))
+        self.table = table
+        self.key = pc.replace_substring(table["words"], " ", "")
+        self.cik = pc.if_else(has_cik, pc.cast(pc.if_else(has_cik, table["company"], "0"), "int64"), None)
+        self.ticker = pc.utf8_upper(pc.utf8_trim_whitespace(table["ticker"]))
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[CompanyRow]) -> CompanyIndex:
+        import pyarrow as pa
+
+        done = [r if r.words is not None else r._replace(words=" ".join(company_words(r.name))) for r in set(rows)]
+        return cls(pa.table({c: [getattr(r, c) for r in done] for c in COLUMNS}, schema=schema()))
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    # -- a scope's companies ------------------------------------------------------------------
+
+    def match(self, company: str) -> tuple[set[CompanyId], bool]:
+        """The companies a scope names, and whether it names them outright (not by first words)."""
+        import pyarrow.compute as pc
+
+        cik = cik_number(company)
+        if cik is not None and pc.any(pc.equal(self.cik, cik)).as_py():
+            return {cik}, True
+        key, ticker = company_key(company), company.strip().upper()
+        for given, column in ((key, self.key), (ticker, self.ticker)):
+            if given and pc.any(found := pc.equal(column, given)).as_py():
+                return self._ids(found), True
+        if not key:
+            return set(), False
+        longer = pc.and_(pc.starts_with(self.key, key), pc.not_equal(self.key, key))
+        rows = self._rows(longer, "words")
+        keys = {"".join(w) for w in (tuple(text.split()) for text in rows["words"]) if _begins(w, key)}
+        return (self._ids(pc.is_in(self.key, value_set=_strings(keys))) if keys else set()), False
+
+    def values(self, companies: Iterable[CompanyId]) -> tuple[str, ...]:
+        """The catalogue's company values of these companies: a CIK's own, and those of names
+        filed without one that join it."""
+        import pyarrow.compute as pc
+
+        wanted = set(companies)
+        ciks, keys = [c for c in wanted if isinstance(c, int)], [c for c in wanted if isinstance(c, str)]
+        found = pc.is_in(self.key, value_set=_strings(keys)) if keys else None
+        if ciks:
+            theirs = pc.is_in(self.cik, value_set=_ints(ciks))
+            named = _strings(set(self._rows(theirs, "key")["key"]) - {""})
+            near = pc.is_in(self.key, value_set=named)
+            found = near if found is None else pc.or_(found, near)
+            found = pc.or_(found, theirs)
+        if found is None:
+            return ()
+        rows = self._rows(found, "company", "key", "cik")
+        ids = self._id_of(rows)
+        return tuple(sorted({v for v, i in zip(rows["company"], ids, strict=True) if i in wanted}))
+
+    def named(self, companies: Iterable[CompanyId]) -> list[str]:
+        """A name each of these companies filed under (the first in the index's order)."""
+        return sorted(self._names_of(set(companies)).values())
+
+    def closest(self, company: str, n: int = 3) -> list[str]:
+        """The names closest to a scope that names no company (for its error)."""
+        close = difflib.get_close_matches(company_key(company), list(self._first_names), n=n, cutoff=0.5)
+        return [self._first_names[k] for k in close]
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _rows(self, where: pa.Array, *columns: str) -> dict[str, list]:
+        """Some columns of the rows where ``where`` holds, as lists ("key" and "cik" derived)."""
+        import pyarrow.compute as pc
+
+        derived = {"key": self.key, "cik": self.cik}
+        return {c: pc.filter(derived[c] if c in derived else self.table[c], where).to_pylist() for c in columns}
+
+    def _ids(self, where: pa.Array) -> set[CompanyId]:
+        return {i for i in self._id_of(self._rows(where, "key", "cik")) if i != ""}
+
+    def _id_of(self, rows: dict[str, list]) -> list[CompanyId]:
+        """Each row's company: its CIK; without one, the one CIK filing under its name, if just
+        one does; else its name's key."""
+        import pyarrow.compute as pc
+
+        alone = {k for k, c in zip(rows["key"], rows["cik"], strict=True) if c is None and k}
+        joins: dict[str, set[int]] = {}
+        if alone:
+            same = pc.and_(pc.is_in(self.key, value_set=_strings(alone)), pc.is_valid(self.cik))
+            for k, c in zip(*self._rows(same, "key", "cik").values(), strict=True):
+                joins.setdefault(k, set()).add(c)
+        ids: list[CompanyId] = []
+        for k, c in zip(rows["key"], rows["cik"], strict=True):
+            shared = joins.get(k, set())
+            ids.append(c if c is not None else next(iter(shared)) if len(shared) == 1 else k)
+        return ids
+
+    def _names_of(self, companies: set[CompanyId]) -> dict[CompanyId, str]:
+        import pyarrow.compute as pc
+
+        ciks = [c for c in companies if isinstance(c, int)]
+        keys = [c for c in companies if isinstance(c, str)]
+        near = pc.or_(pc.is_in(self.cik, value_set=_ints(ciks)), pc.is_in(self.key, value_set=_strings(keys)))
+        rows = self._rows(pc.and_(near, pc.not_equal(self.key, "")), "name", "key", "cik")
+        found: dict[CompanyId, str] = {}
+        for company, name in zip(self._id_of(rows), rows["name"], strict=True):
+            if company in companies:
+                found.setdefault(company, name)
+        return found
+
+    @cached_property
+    def _first_names(self) -> dict[str, str]:
+        names: dict[str, str] = {}
+        for key, name in zip(self.key.to_pylist(), self.table["name"].to_pylist(), strict=True):
+            if key:
+                names.setdefault(key, name)
+        return names
+
+
+def _begins(words: tuple[str, ...], key: str) -> bool:
+    """Whether a scope's key is a name's first words (fewer than all of them)."""
+    return any("".join(words[:n]) == key for n in range(1, len(words)))
+
+
+def _strings(values: Iterable[str]) -> pa.Array:
+    import pyarrow as pa
+
+    return pa.array(sorted(values), pa.string())
+
+
+def _ints(values: Iterable[int]) -> pa.Array:
+    import pyarrow as pa
+
+    return pa.array(sorted(values), pa.int64())
+
+
+def schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([(c, pa.string()) for c in COLUMNS])
