@@ -32,6 +32,7 @@ from prism.questions import company_words
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.dataset as ds
 
     from workers.store import Store
 
@@ -185,8 +186,7 @@ class Catalog:
         if table is None:
             return CompanyIndex.of_rows(())
         self.reads.whole.append("companies")
-        # pyarrow's reader, not delta-rs's to_pyarrow_table: some 50 times quicker here
-        return CompanyIndex(table.to_pyarrow_dataset().to_table(columns=list(COLUMNS)))
+        return CompanyIndex(self._files("companies").to_table(columns=list(COLUMNS)))
 
     def filings_of(self, companies: Collection[str]) -> dict[str, FilingEntry]:
         """The heads of the given companies' filings (company values as company_of gives them)."""
@@ -249,10 +249,32 @@ class Catalog:
         if table is None:
             return
         self.reads.buckets.add((name, bucket))
-        dataset = table.to_pyarrow_dataset(file_pruning_predicate=[("bucket", "=", str(bucket))])
+        dataset = self._files(name, [("bucket", "=", str(bucket))])
         for batch in dataset.to_batches(columns=columns, filter=where, batch_size=SCAN_BATCH):
             self.reads.rows += batch.num_rows
             yield batch
+
+    def _files(self, name: str, partition: list[tuple[str, str, str]] | None = None) -> ds.Dataset:
+        """A table's files at its version (of one partition), as a dataset pyarrow reads on its own
+        filesystem: delta-rs names the files, no read goes through it (its filesystem handler
+        may abort the process at exit while pyarrow's threads wind down, delta-rs#2184)."""
+        import pyarrow.dataset as ds
+        import pyarrow.fs as pafs
+
+        uris = self._table(name).file_uris(file_pruning_predicate=partition)
+        uri, options = self.location(name)
+        if not uri.startswith("s3://"):
+            return ds.dataset(uris, schema=_stored(name), format="parquet", filesystem=pafs.LocalFileSystem())
+        filesystem = pafs.S3FileSystem(
+            access_key=options.get("AWS_ACCESS_KEY_ID"),
+            secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+            session_token=options.get("AWS_SESSION_TOKEN"),
+            region=options.get("AWS_REGION"),
+            endpoint_override=options.get("AWS_ENDPOINT_URL"),
+            scheme="http" if options.get("AWS_ALLOW_HTTP") else "https",
+        )
+        paths = [u.removeprefix("s3://") for u in uris]
+        return ds.dataset(paths, schema=_stored(name), format="parquet", filesystem=filesystem)
 
     def since(self, at: datetime) -> Iterator[FilingEntry]:
         """The heads committed after ``at``: each file's row groups whose statistics say none is
@@ -263,7 +285,7 @@ class Catalog:
         table = self._table("filings")
         if table is None:
             return
-        for batch in table.to_pyarrow_dataset().to_batches(columns=["head"], filter=ds.field("committed") > at):
+        for batch in self._files("filings").to_batches(columns=["head"], filter=ds.field("committed") > at):
             self.reads.rows += batch.num_rows
             yield from (FilingEntry.model_validate_json(h) for h in batch.column(0).to_pylist())
 
@@ -365,6 +387,12 @@ def _source_row(
         "reason": reason,
         "at": at,
     }
+
+
+def _stored(table: str) -> pa.Schema:
+    """A table's columns as its files hold them: a partition's value is in the file's path."""
+    schema = SCHEMAS[table]()
+    return schema.remove(schema.get_field_index("bucket")) if "bucket" in schema.names else schema
 
 
 def _arrow(table: str, rows: list[dict[str, Any]]) -> pa.Table:
