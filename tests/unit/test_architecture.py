@@ -81,6 +81,22 @@ def test_no_import_inside_prism_runs_back_up():
     assert "prism.strategies" in order and "prism.rankers" in order
 
 
+def test_a_run_config_is_resolved_in_one_place():
+    """Settings become a RunConfig through producer.config.resolved_config alone: run, enqueue,
+    estimate and the benchmarks pin the same prior and fit the same servers."""
+    callers = []
+    for package in ("producer", "tasks", "workers", "prism", "bench"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "run_config":
+                    callers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert callers == [f"producer/config.py:{_line_of('producer/config.py', '.run_config()')}"], callers
+
+
+def _line_of(file: str, text: str) -> int:
+    return next(i for i, line in enumerate((ROOT / file).read_text().splitlines(), 1) if text in line)
+
+
 LIMITS = {"producer": 60, "tasks": 60, "workers": 60, "prism": 80}
 
 
