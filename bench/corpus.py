@@ -144,9 +144,9 @@ def main() -> None:
         os.environ.update({"PRISM_RESULTS": str(work / "results"), "PRISM_CHUNK_RANKER": args.chunk_ranker})
         from rich.console import Console
 
+        from producer.config import resolved_config
         from producer.runs import Runs, new_run_id
         from producer.spec import RunSpec
-        from workers.priors import with_prior
         from workers.settings import load_settings
 
         settings = load_settings()
@@ -154,7 +154,7 @@ def main() -> None:
             run_id=new_run_id(),
             input=str(work / "questions.jsonl"),
             results=settings.results,
-            config=with_prior(settings.run_config(), settings),
+            config=resolved_config(settings),
             corpus=str(work / "corpus"),
         )
         end = Runs(settings, Console(stderr=True, quiet=True)).start(spec, wait=True, timeout=None)

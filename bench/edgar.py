@@ -235,16 +235,16 @@ def zero_dollar_run(work: Path, questions: Path, chunk_ranker: str | None) -> di
         os.environ["PRISM_CHUNK_RANKER"] = chunk_ranker
     from rich.console import Console
 
+    from producer.config import resolved_config
     from producer.runs import Runs, new_run_id
     from producer.spec import RunSpec
     from workers import logs
     from workers.ledger import RunLayout
-    from workers.priors import with_prior
     from workers.settings import load_settings
 
     settings = load_settings()
     logs.configure("WARNING")  # as `prism run` does when embedded
-    config = with_prior(settings.run_config(), settings)
+    config = resolved_config(settings)
     spec = RunSpec(
         run_id=new_run_id(),
         input=str(questions),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
@@ -19,6 +20,9 @@ from prism.registry import ChunkRankerName, DocRankerName, Task
 # An LLM step. Each may use its own model and endpoint: the five filing types, one segment of
 # a filing, the pool of segment winners, embeddings, or the evidence-selection roles.
 Stage = Literal["documents", "segments", "rerank", "embeddings", "evidence"]
+STAGES: tuple[Stage, ...] = get_args(Stage)
+DEFAULT_MODEL = "gpt-5-mini"  # every LLM stage's model unless PRISM_LLM_MODEL or PRISM_LLM_MODELS says otherwise
+DEFAULT_EMBEDDER = "hashed"  # $0 and offline
 # repaired: the reply needed fixing; retried: a second request was needed; fallback: the
 # lexical ranker answered instead; truncated: a chunk was cut to fit the budget; degraded: some
 # segments failed for good and the ranking comes from the others.
@@ -138,6 +142,14 @@ class Ranking(BaseModel):
         return self.model_copy(update={"flags": merged, "notes": notes})
 
 
+class Ranker(Protocol):
+    """Orders candidates for a question: what every ranker (lexical, prior, LLM, strategies) is."""
+
+    name: str
+
+    def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking: ...
+
+
 class RunConfig(RunOptions):
     """Everything that decides a ranking: the run's options, with the ones set as "auto" or by
     reference resolved. It travels with every job; what changes a result is in its fingerprint."""
@@ -145,13 +157,7 @@ class RunConfig(RunOptions):
     doc_ranker: DocRankerName = option("lexical", "the document ranker, resolved", changes="ranking")
     chunk_ranker: ChunkRankerName = option("lexical", "the chunk ranker, resolved", changes="ranking")
     models: dict[Stage, str] = option(
-        {
-            "documents": "gpt-5-mini",
-            "segments": "gpt-5-mini",
-            "rerank": "gpt-5-mini",
-            "embeddings": "hashed",
-            "evidence": "gpt-5-mini",
-        },
+        {s: DEFAULT_EMBEDDER if s == "embeddings" else DEFAULT_MODEL for s in STAGES},
         "the model of each stage",
         changes="ranking",
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from prism import prompts
 from prism.embeddings import embedder, local_embedder
@@ -11,17 +10,13 @@ from prism.hybrid import HybridRanker, dense_scorer, rrf
 from prism.icl import ExampleStore, examples_for
 from prism.lexical import LexicalRanker
 from prism.llm import ContextTooLong, Gateway, prefix_id, quoted_reply
-from prism.models import Ranking, RunConfig, Stage, Task
+from prism.models import Ranker, Ranking, RunConfig, Stage, Task
 from prism.parsing import UnparseableReply, parse_ranking
 from prism.prior import DocPrior
 from prism.registry import NEEDS_PRIOR
 from prism.retrieval import FinancialRanker
-
-
-class Ranker(Protocol):
-    name: str
-
-    def rank(self, question: str, candidates: Sequence[str], top_k: int) -> Ranking: ...
+from prism.strategies.agents import Agent, ChunkAgents, DocumentAgents
+from prism.strategies.evidence import EvidenceRanker, Levers
 
 
 class LlmRanker:
@@ -154,9 +149,6 @@ def build_ranker(
     examples: ExampleStore | None = None,
 ) -> Ranker:
     """The ranker a run's config asks for at one stage (documents, segments or rerank)."""
-    from prism.strategies.agents import Agent, ChunkAgents, DocumentAgents
-    from prism.strategies.evidence import EvidenceRanker, Levers
-
     task: Task = "documents" if stage == "documents" else "chunks"
     lexical = document_lexical_ranker() if task == "documents" else LexicalRanker()
     kind = config.ranker_for(task)

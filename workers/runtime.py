@@ -17,10 +17,10 @@ import structlog
 from prism.ingest.models import Filing
 from prism.lexical import cite
 from prism.llm import Gateway, Outage
-from prism.models import CallRecord, Cited, RunConfig, Stage
+from prism.models import CallRecord, Cited, Ranker, RunConfig, Stage
 from prism.pricing import PriceTable
 from prism.prior import DocPrior
-from prism.rankers import Ranker, build_ranker
+from prism.rankers import build_ranker
 from prism.retrieval import INDEXES
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import ChunkInput

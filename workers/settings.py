@@ -21,11 +21,11 @@ from pydantic_settings import (
 )
 
 from prism.endpoints import FLEX_TIMEOUT_S, Endpoint, ModelLimits, OutputCapParam, RequestOptions, RetryPolicy
-from prism.models import RunConfig, Stage
+from prism.ingest.models import CHUNK_TOKENS, CHUNK_TOKENS_RANGE, Chunking
+from prism.models import DEFAULT_EMBEDDER, DEFAULT_MODEL, STAGES, RunConfig, Stage
 from prism.options import PLANNING, RunOptions, option
 from prism.registry import ChunkRankerSetting, DocRankerSetting, ReasoningEffort, ServiceTier
 
-STAGES: tuple[Stage, ...] = ("documents", "segments", "rerank", "embeddings", "evidence")
 FaultStage = Literal["ranker", "input", "aggregate", "store"]
 
 
@@ -70,21 +70,29 @@ class Settings(BaseSettings, RunOptions):
     )
     llm_provider: Literal["openai", "azure"] = option("openai", "openai, or azure (with PRISM_LLM_API_VERSION)")
     llm_api_version: str | None = option(None, "Azure's API version")
-    llm_model: str = option("gpt-5-mini", "the model of every stage that PRISM_LLM_MODELS does not name")
+    llm_model: str = option(DEFAULT_MODEL, "the model of every stage that PRISM_LLM_MODELS does not name")
     llm_models: dict[Stage, str] = option({}, 'per-stage models, JSON: {"segments": "gpt-5"}')
-    embedder: str = option("hashed", "hashed ($0, offline), minilm ([minilm] extra), wordllama, or an embeddings model")
+    embedder: str = option(
+        DEFAULT_EMBEDDER, "hashed ($0, offline), minilm ([minilm] extra), wordllama, or an embeddings model"
+    )
     llm_endpoints: dict[Stage, EndpointOverride] = option(
         {}, 'per-stage endpoints, JSON: {"segments": {"base_url": "...", "api_key": "..."}}'
     )
-    llm_timeout_s: float | None = option(None, "a request's timeout; unset: 120 s, 900 s under flex", gt=0)
-    llm_timeout_retries: int = option(1, "re-sends of a timed-out request, apart from PRISM_LLM_MAX_ATTEMPTS", ge=0)
-    llm_max_attempts: int = option(6, "attempts per request on 429 and 5xx", ge=1)
+    llm_timeout_s: float | None = option(
+        None, f"a request's timeout; unset: {RetryPolicy.timeout_s:g} s, {FLEX_TIMEOUT_S:g} s under flex", gt=0
+    )
+    llm_timeout_retries: int = option(
+        RetryPolicy.timeout_retries, "re-sends of a timed-out request, apart from PRISM_LLM_MAX_ATTEMPTS", ge=0
+    )
+    llm_max_attempts: int = option(RetryPolicy.max_attempts, "attempts per request on 429 and 5xx", ge=1)
     # 30 min rides out a deploy, a restart or a regional blip, and still ends a night within its
     # window with the failures said.
     outage_s: float = option(
-        1800.0, "how long jobs wait for an LLM endpoint that is down, since its first failure, before they fail", gt=0
+        RetryPolicy.outage_s,
+        "how long jobs wait for an LLM endpoint that is down, since its first failure, before they fail",
+        gt=0,
     )
-    llm_backoff_cap_s: float = option(60.0, "the longest wait between two attempts", ge=0)
+    llm_backoff_cap_s: float = option(RetryPolicy.backoff_cap_s, "the longest wait between two attempts", ge=0)
     llm_max_output_tokens: int | dict[Stage, int] | None = option(
         None, 'output caps: one number for every stage or per stage ({"segments": 2048}); 0: none; unset: the defaults'
     )
@@ -92,16 +100,20 @@ class Settings(BaseSettings, RunOptions):
         "auto", "the request field of the cap; auto: max_completion_tokens for OpenAI and Azure, max_tokens elsewhere"
     )
     llm_expected_output_tokens: int = option(
-        1000,
+        RetryPolicy.expected_output_tokens,
         "output tokens reserved per request (limiter, budget, estimate) until its use is known; at most the cap",
         flag="--output-tokens",
         commands=("estimate",),
         ge=1,
     )
     prices_file: Path | None = option(None, "local price overrides (TOML) on top of the bundled table")
-    service_tier: ServiceTier = option("standard", "flex: batch prices on ordinary calls, slower, at times refused")
+    service_tier: ServiceTier = option(
+        RequestOptions.service_tier, "flex: batch prices on ordinary calls, slower, at times refused"
+    )
     reasoning_effort: dict[Stage, ReasoningEffort] = option({}, "per stage; unset: the model's default")
-    prompt_cache_key: bool = option(True, "send a key per (model, filing segment) so its prefix is cached together")
+    prompt_cache_key: bool = option(
+        RequestOptions.prompt_cache_key, "send a key per (model, filing segment) so its prefix is cached together"
+    )
     prompt_cache_rpm: int = option(15, "requests per minute per key: above it the provider spills", ge=1)
 
     # shared state: the fleet limiter, the hot cache, run budgets, metrics
@@ -180,6 +192,20 @@ class Settings(BaseSettings, RunOptions):
     question_set: str | None = option(
         None, "take the companies that this question set's scopes name", commands=SELECTING
     )
+    chunk_tokens: int = option(
+        CHUNK_TOKENS,
+        "chunk size of HTML and text filings, in tokens (part of a filing's version)",
+        commands=SELECTING,
+        ge=CHUNK_TOKENS_RANGE[0],
+        le=CHUNK_TOKENS_RANGE[1],
+    )
+
+    evidence_prefilter: int = option(
+        20,
+        "chunks of a filing the evidence ranker keeps by the pre-filter when no pre-filter is set"
+        " (its rounds read every candidate)",
+        ge=1,
+    )
 
     # the fleet
     embedded_workers: int = option(2, "worker threads of an embedded run", ge=1)
@@ -255,7 +281,7 @@ class Settings(BaseSettings, RunOptions):
             "icl": {t: k for t, k in (("documents", self.icl_documents), ("chunks", self.icl_chunks)) if k},
         }
         if chunk_ranker == "evidence" and not (self.prefilter_keep or self.prefilter_share):
-            fields["prefilter_keep"] = 20  # the rounds read every candidate: narrow a filing first
+            fields["prefilter_keep"] = self.evidence_prefilter
         config = RunConfig(**fields)
         # The caps in force, written out, so the manifest shows them and a new default is a new job id.
         caps = {s: config.output_cap(s) or 0 for s in sorted(config.paid_stages() - {"embeddings"})}
@@ -285,11 +311,14 @@ class Settings(BaseSettings, RunOptions):
             )
         return out
 
+    def chunking(self) -> Chunking:
+        return Chunking(chunk_tokens=self.chunk_tokens)
+
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
             max_attempts=self.llm_max_attempts,
             backoff_cap_s=self.llm_backoff_cap_s,
-            timeout_s=self.llm_timeout_s or (FLEX_TIMEOUT_S if self.service_tier == "flex" else 120.0),
+            timeout_s=self.llm_timeout_s or (FLEX_TIMEOUT_S if self.service_tier == "flex" else RetryPolicy.timeout_s),
             timeout_retries=self.llm_timeout_retries,
             expected_output_tokens=self.llm_expected_output_tokens,
             outage_s=self.outage_s,

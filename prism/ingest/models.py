@@ -28,12 +28,16 @@ GUESSED_ORIGINS: frozenset[str] = frozenset({"cover", "file-name"})
 DocumentKind = Literal["html", "text", "pdf", "xbrl-xml", "binary", "other"]
 
 
+CHUNK_TOKENS = 512  # an HTML or text filing's chunk: about a paragraph or two
+CHUNK_TOKENS_RANGE = (32, 32_000)
+
+
 class Chunking(BaseModel):
     """How HTML and text are cut (PDFs are always cut into pages). Part of a filing's version."""
 
     model_config = ConfigDict(frozen=True)
 
-    chunk_tokens: int = Field(default=512, ge=32, le=32_000)
+    chunk_tokens: int = Field(default=CHUNK_TOKENS, ge=CHUNK_TOKENS_RANGE[0], le=CHUNK_TOKENS_RANGE[1])
     encoding: str = "o200k_base"
 
 

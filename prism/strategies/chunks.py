@@ -18,8 +18,7 @@ from pydantic import BaseModel
 
 from prism.hybrid import prefilter, within_budget
 from prism.llm import ContextTooLong, Deferred, recording
-from prism.models import Flag, Ranking, SegmentOutcome
-from prism.rankers import Ranker
+from prism.models import Flag, Ranker, Ranking, SegmentOutcome
 from prism.segmenting import MARKER_TOKENS, TokenCounter, plan_segments
 
 MAX_LEVELS = 4

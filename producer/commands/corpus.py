@@ -30,9 +30,6 @@ def ingest(
     meta: Annotated[
         str | None, typer.Option("--meta", help="A metadata JSONL (company, form type, period) for files without one.")
     ] = None,
-    chunk_tokens: Annotated[
-        int, typer.Option("--chunk-tokens", min=16, help="Chunk size of HTML and text filings, in tokens.")
-    ] = 512,
     index: Annotated[
         str | None,
         typer.Option(
@@ -51,7 +48,6 @@ def ingest(
     no filing could be ingested, 3 when some could not."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from prism.ingest.models import Chunking
     from producer.archives import filter_of
     from producer.ingest import ingest as ingest_files
 
@@ -65,7 +61,7 @@ def ingest(
             source,
             corpus,
             settings,
-            Chunking(chunk_tokens=chunk_tokens),
+            settings.chunking(),
             meta,
             chosen,
             on_progress=lambda done, total: bar.update(task, completed=done, total=total),

@@ -41,10 +41,10 @@ def estimate(
         raise RunError(f"{input}: give INPUT or --questions, not both")
     if questions is None and input is None:
         raise RunError("give a rows file (INPUT), or a question set over a corpus (--questions Q --corpus C)")
-    from producer.servers import fit_servers
+    from producer.config import resolved_config
 
     settings = settings_with(options)
-    config = fit_servers(settings.run_config(), settings, console.print)
+    config = resolved_config(settings, console.print)
     out = Console(soft_wrap=True)
     if questions is not None and corpus is not None:
         result = _question_set(out, questions, corpus, settings, config, reasoning_share)

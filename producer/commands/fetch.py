@@ -91,12 +91,11 @@ def _status(summary: FetchSummary) -> int:
 
 
 def _ingest(target: str, corpus: str, settings) -> int:
-    from prism.ingest.models import Chunking
     from producer.commands.corpus import ingest_status, print_ingest
     from producer.ingest import ingest
 
     source = target if not target.startswith("s3://") else target.rstrip("/") + "/"
-    summary = ingest(source, corpus, settings, Chunking())
+    summary = ingest(source, corpus, settings, settings.chunking())
     print_ingest(summary, corpus)
     return ingest_status(summary)
 

@@ -111,9 +111,8 @@ def run_spec(
 ) -> RunSpec:
     """What the run is asked to do, checked: its input, its config with the models it pins, and
     for `--new` the run it starts from."""
+    from producer.config import resolved_config
     from producer.runs import check_run_id, new_run_id
-    from producer.servers import fit_servers
-    from workers.priors import with_examples, with_prior
 
     if (questions is None) != (corpus is None):
         raise RunError("--questions and --corpus go together: a question set runs over a corpus")
@@ -125,7 +124,7 @@ def run_spec(
         from producer.sample import ingest_sample
 
         questions, corpus = ingest_sample(settings, console)
-    config = fit_servers(with_examples(with_prior(settings.run_config(), settings), settings), settings, console.print)
+    config = resolved_config(settings, console.print)
     spec = RunSpec(
         run_id=check_run_id(run_id) if run_id else new_run_id(),
         input=questions or input or "",

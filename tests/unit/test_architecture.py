@@ -4,6 +4,7 @@ producer plans nothing heavier than ids; functions stay short and the CLI thin."
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import grimp
@@ -46,6 +47,54 @@ def test_the_producer_plans_nothing_heavier_than_ids():
         found = sorted(m for m in reached if m in heavy or m.startswith("tasks"))
         chains = [graph.find_shortest_chain(importer=planner, imported=m) for m in found]
         assert not found, (planner, chains)
+
+
+def _unit(module: str) -> str:
+    """prism's unit a module belongs to: a module of prism/ itself, or a subpackage whole."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _imports(path: Path) -> set[str]:
+    """Every prism module a file imports, at its top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("prism"):
+            found.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("prism")}
+    return found
+
+
+def test_no_import_inside_prism_runs_back_up():
+    """prism/'s modules and subpackages form layers: none imports one that imports it back,
+    directly or round a loop, a function-local import included."""
+    graph: dict[str, set[str]] = {}
+    for path in (ROOT / "prism").rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        unit = _unit(module)
+        graph.setdefault(unit, set()).update(_unit(m) for m in _imports(path) if _unit(m) != unit)
+    try:
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as err:
+        raise AssertionError(f"an import runs back up: {' -> '.join(err.args[1])}") from None
+    assert "prism.strategies" in order and "prism.rankers" in order
+
+
+def test_a_run_config_is_resolved_in_one_place():
+    """Settings become a RunConfig through producer.config.resolved_config alone: run, enqueue,
+    estimate and the benchmarks pin the same prior and fit the same servers."""
+    callers = []
+    for package in ("producer", "tasks", "workers", "prism", "bench"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "run_config":
+                    callers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert callers == [f"producer/config.py:{_line_of('producer/config.py', '.run_config()')}"], callers
+
+
+def _line_of(file: str, text: str) -> int:
+    return next(i for i, line in enumerate((ROOT / file).read_text().splitlines(), 1) if text in line)
 
 
 LIMITS = {"producer": 60, "tasks": 60, "workers": 60, "prism": 80}

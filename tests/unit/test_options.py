@@ -54,3 +54,26 @@ def test_the_planning_commands_take_the_same_run_options(command):
     shown = subprocess.run([PRISM, command, "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--questions", "--corpus", "--filings", "--prefilter-share", "--chunk-ranker", "--limit"):
         assert flag in shown, (command, flag)
+
+
+def test_defaults_are_stated_once_where_settings_build_the_request_path():
+    """The retry policy, the request options, the models and the chunking that Settings build
+    are those a bare construction gives: one set of defaults, declared on the settings."""
+    from prism.endpoints import RequestOptions, RetryPolicy
+    from prism.ingest.models import Chunking
+
+    settings = Settings()
+    assert settings.retry_policy() == RetryPolicy()
+    assert settings.request_options() == RequestOptions()
+    assert settings.chunking() == Chunking()
+    assert settings.run_config().models == RunConfig().models
+    assert settings.model_copy(update={"chunk_ranker": "evidence"}).run_config().prefilter_keep == 20
+
+
+def test_the_chunk_size_is_an_option_of_ingest_and_fetch_named_when_bad():
+    assert settings_with({"chunk_tokens": "256"}).chunking().chunk_tokens == 256
+    with pytest.raises(SettingsProblem, match="^--chunk-tokens=16"):
+        settings_with({"chunk_tokens": "16"})  # below the least a filing's chunking takes
+    for command in ("ingest", "fetch"):
+        shown = subprocess.run([PRISM, command, "--help"], capture_output=True, text=True, check=True).stdout
+        assert "--chunk-tokens" in shown and "PRISM_CHUNK_TOKENS" in shown, command
