@@ -25,7 +25,7 @@ from prism.datasets import load_queries
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare
 from producer.ingest import ingest_source
-from workers.corpus import Corpus
+from workers.corpus import CONTENT, Corpus
 from workers.store import LocalStore, S3Store
 
 DOC_INFO = SHARED / "financebench" / "financebench_document_information.jsonl"
@@ -60,6 +60,7 @@ def ingest(rows: Path, store, counter: TokenCounter) -> dict:
         "seconds": seconds,
         "rerun_seconds": time.perf_counter() - again,
         "bytes": Corpus(store).stored_bytes(),
+        "content_bytes": Corpus(store).stored_bytes(CONTENT),
     }
 
 
@@ -137,7 +138,7 @@ def main() -> None:
             two = fleet_ingest(shards, Path(tmp), server, bucket, 2, len(filings))
         finally:
             server.stop()
-    assert local["bytes"] == s3["bytes"], (local["bytes"], s3["bytes"])
+    assert local["content_bytes"] == s3["content_bytes"], (local["content_bytes"], s3["content_bytes"])
     report(
         filings=local["filings"],
         questions=local["questions"],

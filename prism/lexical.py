@@ -105,7 +105,7 @@ def passage_span(question: str, text: str, limit: int) -> Passage:
             size += 1 + len(pieces[lo])
         else:
             break
-    found = " ".join(pieces[lo : hi + 1])[:limit]
+    found = " ".join(pieces[lo : hi + 1])[:limit].rstrip()  # a cut after a space ends at the word before it
     return Passage(found, spans[lo][0], _raw_end(text, spans[lo][0], spans[hi][1], len(found)))
 
 

@@ -28,7 +28,8 @@ from prism.planning import CorpusView, Versioned
 from workers.catalog import Catalog
 from workers.store import Store, get_model, put_model, safe_name
 
-LAYOUT = ("filings/", "catalog/", "inputs/", "archives/")
+CONTENT = ("filings/", "inputs/", "archives/")  # the same bytes wherever the corpus is kept
+LAYOUT = (*CONTENT, "catalog/")  # the catalogue's logs name their commit times and files
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
 
 
@@ -121,9 +122,10 @@ class Corpus:
         what it did since; the next one reads those sources again."""
         self.catalog.append(since.heads, since.done_sources, since.failed_sources, since.cleared)
 
-    def stored_bytes(self) -> int:
-        """The corpus's own objects only: the folder may hold other things."""
-        return sum(len(self.store.get(k)) for prefix in LAYOUT for k in self.store.keys(prefix))
+    def stored_bytes(self, prefixes: tuple[str, ...] = LAYOUT) -> int:
+        """The corpus's own objects only (the folder may hold other things): all of them, or
+        those under ``prefixes``."""
+        return sum(len(self.store.get(k)) for prefix in prefixes for k in self.store.keys(prefix))
 
 
 class IngestSummary(BaseModel):

@@ -220,3 +220,15 @@ def test_a_cited_passage_is_where_its_offsets_say_in_its_page():
             assert marked == cited.excerpt, (question, chunk.id)
             checked += 1
     assert checked > 40
+
+
+def test_a_passage_cut_just_after_a_space_ends_at_the_word_before_it():
+    """An excerpt cut at its limit where the limit falls on a space: its offsets end at the last
+    word it shows, not one character into the next word."""
+    from prism.lexical import passage_span
+
+    text = "Alpha beta gamma.\n  " + "word " * 30 + "tail end here."
+    for limit in range(20, 60):
+        found = passage_span("word", text, limit)
+        assert found.text == found.text.rstrip() and len(found.text) <= limit
+        assert " ".join(text[found.start : found.end].split()) == found.text, limit
