@@ -1,14 +1,11 @@
 """Where inputs are read and results written: a local folder or an S3 bucket, laid out alike.
 
-runs/<run_id>/manifest.json, cost.json, failures.jsonl, report.md, qrels.json
-runs/<run_id>/results/<task>/<query_id>.json     one per query, same key on every rerun
-runs/<run_id>/failures/<name>.json               one per failed query or bad input row
-runs/<run_id>/inputs/filing-<digest>.json        a filing's chunk input, shared by its rows (claim check)
-runs/<run_id>/inputs/<query_id>.json             a pre-filtered chunk query (the kept chunks depend on it)
-runs/<run_id>/spent/<id>.json                    calls of a job delivered twice
+runs/<run_id>/...                                a run's folder: laid out where it is written, workers/runfiles.py
 index/jobs/<job_id>                              the key of a stored result, for later runs
 index/corpora/<corpus>.json                      the last run over a corpus, for --new
 cache/llm/<key>.json                             the durable LLM response cache
+
+A corpus (filings, their chunk inputs, the catalogue) is laid out in docs/corpus.md.
 """
 
 from __future__ import annotations
