@@ -54,6 +54,8 @@ from pathlib import Path
 
 from _common import SHARED, parser, redis_db, report, s3_server
 from backfill import Environ, Workers, build_day, cpu_s, tree
+from edgar import question_set as write_questions
+from edgar import read_jsonl
 
 from prism.ingest.models import FilingEntry, FilingMeta, VersionEntry
 from prism.testing.feed import bases_in, copies, write_archive
@@ -238,11 +240,10 @@ def catalog_mb(catalog: Catalog) -> float:
 
 
 def question_set(path: Path, quick: bool) -> Path:
-    lines = [json.loads(line) for line in (EDGAR / "questions.jsonl").read_text().splitlines() if line.strip()]
-    chosen = lines[::5] if quick else lines
-    mine = [{k: q[k] for k in ("id", "question", "scope", "qrels") if k in q} for q in chosen]
-    mine.append({"id": "synthetic-q1", "question": "What did the company report?", "scope": {"company": SYNTHETIC}})
-    path.write_text("".join(json.dumps(q) + "\n" for q in mine))
+    """The shared questions (every fifth with ``quick``) and the synthetic company's one."""
+    lines = read_jsonl(EDGAR / "questions.jsonl")
+    synthetic = {"id": "synthetic-q1", "question": "What did the company report?", "scope": {"company": SYNTHETIC}}
+    write_questions(path, [*(lines[::5] if quick else lines), synthetic])
     return path
 
 

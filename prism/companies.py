@@ -34,7 +34,7 @@ class CompanyRow(NamedTuple):
     name: str
     ticker: str
     cik: str
-    words: str | None = None  # the name's company_words, a space apart (computed when None)
+    words: str  # the name's company_words, a space apart: what a scope's name is matched against
 
 
 def company_of(meta: FilingMeta) -> str:
@@ -69,11 +69,8 @@ class CompanyIndex:
     def of_rows(cls, rows: Iterable[CompanyRow]) -> CompanyIndex:
         import pyarrow as pa
 
-        done = [r if r.words is not None else r._replace(words=" ".join(company_words(r.name))) for r in set(rows)]
-        return cls(pa.table({c: [getattr(r, c) for r in done] for c in COLUMNS}, schema=schema()))
-
-    def __len__(self) -> int:
-        return self.table.num_rows
+        unique = set(rows)
+        return cls(pa.table({c: [getattr(r, c) for r in unique] for c in COLUMNS}, schema=schema()))
 
     # -- a scope's companies ------------------------------------------------------------------
 
@@ -98,26 +95,17 @@ class CompanyIndex:
     def values(self, companies: Iterable[CompanyId]) -> tuple[str, ...]:
         """The catalogue's company values of these companies: a CIK's own, and those of names
         filed without one that join it."""
-        import pyarrow.compute as pc
-
-        wanted = set(companies)
-        ciks, keys = [c for c in wanted if isinstance(c, int)], [c for c in wanted if isinstance(c, str)]
-        found = pc.is_in(self.key, value_set=_strings(keys)) if keys else None
-        if ciks:
-            theirs = pc.is_in(self.cik, value_set=_ints(ciks))
-            named = _strings(set(self._rows(theirs, "key")["key"]) - {""})
-            near = pc.is_in(self.key, value_set=named)
-            found = near if found is None else pc.or_(found, near)
-            found = pc.or_(found, theirs)
-        if found is None:
-            return ()
-        rows = self._rows(found, "company", "key", "cik")
-        ids = self._id_of(rows)
-        return tuple(sorted({v for v, i in zip(rows["company"], ids, strict=True) if i in wanted}))
+        rows, ids = self._rows_of(set(companies), "company")
+        return tuple(sorted({v for v, i in zip(rows["company"], ids, strict=True) if i is not None}))
 
     def named(self, companies: Iterable[CompanyId]) -> list[str]:
         """A name each of these companies filed under (the first in the index's order)."""
-        return sorted(self._names_of(set(companies)).values())
+        rows, ids = self._rows_of(set(companies), "name")
+        first: dict[CompanyId, str] = {}
+        for key, company, name in zip(rows["key"], ids, rows["name"], strict=True):
+            if company is not None and key:
+                first.setdefault(company, name)
+        return sorted(first.values())
 
     def closest(self, company: str, n: int = 3) -> list[str]:
         """The names closest to a scope that names no company (for its error)."""
@@ -153,18 +141,16 @@ class CompanyIndex:
             ids.append(c if c is not None else next(iter(shared)) if len(shared) == 1 else k)
         return ids
 
-    def _names_of(self, companies: set[CompanyId]) -> dict[CompanyId, str]:
+    def _rows_of(self, companies: set[CompanyId], *columns: str) -> tuple[dict[str, list], list[CompanyId | None]]:
+        """The index's rows that may be these companies' (a CIK's own, names under its name's key,
+        the names given), in its order, and each one's company (None: another's)."""
         import pyarrow.compute as pc
 
-        ciks = [c for c in companies if isinstance(c, int)]
-        keys = [c for c in companies if isinstance(c, str)]
-        near = pc.or_(pc.is_in(self.cik, value_set=_ints(ciks)), pc.is_in(self.key, value_set=_strings(keys)))
-        rows = self._rows(pc.and_(near, pc.not_equal(self.key, "")), "name", "key", "cik")
-        found: dict[CompanyId, str] = {}
-        for company, name in zip(self._id_of(rows), rows["name"], strict=True):
-            if company in companies:
-                found.setdefault(company, name)
-        return found
+        ciks = _ints(c for c in companies if isinstance(c, int))
+        theirs = pc.is_in(self.cik, value_set=ciks)
+        keys = {c for c in companies if isinstance(c, str)} | (set(self._rows(theirs, "key")["key"]) - {""})
+        rows = self._rows(pc.or_(theirs, pc.is_in(self.key, value_set=_strings(keys))), "key", "cik", *columns)
+        return rows, [i if i in companies else None for i in self._id_of(rows)]
 
     @cached_property
     def _first_names(self) -> dict[str, str]:

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from prism.companies import COLUMNS, CompanyIndex, company_of
+from prism.companies import COLUMNS, CompanyIndex, company_of, index_row
 from prism.ingest.models import FilingEntry, SourceEntry
-from prism.questions import company_words
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
 
     from workers.store import Store
 
@@ -169,13 +169,9 @@ class Catalog:
         index = self.companies().table
         known = set(zip(*(index[c].to_pylist() for c in ("company", "name", "ticker")), strict=True))
         fresh: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for head in heads:
-            meta, company = head.meta, company_of(head.meta)
-            key = (company, meta.company or "", meta.ticker or "")
-            if company and key not in known:
-                words = " ".join(company_words(key[1]))  # once, here: planning matches scopes by them
-                fresh[key] = dict(zip(("company", "name", "ticker"), key, strict=True))
-                fresh[key] |= {"cik": meta.cik or "", "words": words, "at": at}
+        for row in map(index_row, (head.meta for head in heads)):
+            if row.company and (key := (row.company, row.name, row.ticker)) not in known:
+                fresh[key] = row._asdict() | {"at": at}
         return list(fresh.values())
 
     # -- reads -------------------------------------------------------------------------------
@@ -259,21 +255,9 @@ class Catalog:
         filesystem: delta-rs names the files, no read goes through it (its filesystem handler
         may abort the process at exit while pyarrow's threads wind down, delta-rs#2184)."""
         import pyarrow.dataset as ds
-        import pyarrow.fs as pafs
 
         uris = self._table(name).file_uris(file_pruning_predicate=partition)
-        uri, options = self.location(name)
-        if not uri.startswith("s3://"):
-            return ds.dataset(uris, schema=_stored(name), format="parquet", filesystem=pafs.LocalFileSystem())
-        filesystem = pafs.S3FileSystem(
-            access_key=options.get("AWS_ACCESS_KEY_ID"),
-            secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
-            session_token=options.get("AWS_SESSION_TOKEN"),
-            region=options.get("AWS_REGION"),
-            endpoint_override=options.get("AWS_ENDPOINT_URL"),
-            scheme="http" if options.get("AWS_ALLOW_HTTP") else "https",
-        )
-        paths = [u.removeprefix("s3://") for u in uris]
+        filesystem, paths = _arrow_files(uris, *self.location(name))
         return ds.dataset(paths, schema=_stored(name), format="parquet", filesystem=filesystem)
 
     def since(self, at: datetime) -> Iterator[FilingEntry]:
@@ -387,6 +371,24 @@ def _source_row(
         "reason": reason,
         "at": at,
     }
+
+
+def _arrow_files(uris: list[str], uri: str, options: dict[str, str]) -> tuple[pafs.FileSystem, list[str]]:
+    """A table's files as pyarrow opens them: on the local disk, or on S3 with the table's own
+    endpoint, region and credentials."""
+    import pyarrow.fs as pafs
+
+    if not uri.startswith("s3://"):
+        return pafs.LocalFileSystem(), uris
+    filesystem = pafs.S3FileSystem(
+        access_key=options.get("AWS_ACCESS_KEY_ID"),
+        secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=options.get("AWS_SESSION_TOKEN"),
+        region=options.get("AWS_REGION"),
+        endpoint_override=options.get("AWS_ENDPOINT_URL"),
+        scheme="http" if options.get("AWS_ALLOW_HTTP") else "https",
+    )
+    return filesystem, [u.removeprefix("s3://") for u in uris]
 
 
 def _stored(table: str) -> pa.Schema:
