@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from prism import llm
+from prism.llm import ports
 from prism.endpoints import Endpoint, RetryPolicy
 from prism.llm import Gateway, LlmError, ProviderUnavailable, recording
 from prism.pricing import PriceTable
@@ -42,7 +42,7 @@ def circuits(request, redis_url):
 @pytest.fixture()
 def short_waits(monkeypatch):
     """A probe a second instead of every 5-60 s, so a test sees several."""
-    monkeypatch.setattr(llm, "OUTAGE_WAIT_S", (1.0, 1.0))
+    monkeypatch.setattr(ports, "OUTAGE_WAIT_S", (1.0, 1.0))
 
 
 def test_the_circuit_opens_once_allows_one_probe_per_wait_and_closes(circuits):

@@ -111,3 +111,11 @@ def test_functions_are_short_and_the_cli_is_thin():
                         long.append(f"{path.relative_to(ROOT)}:{node.name} {lines} lines (at most {limit})")
     assert not long, long
     assert len((ROOT / "producer" / "cli.py").read_text().splitlines()) < 400
+
+
+def test_the_docs_list_a_requests_steps_in_their_order():
+    from prism.llm import STEPS
+
+    section = (ROOT / "docs" / "fleet.md").read_text().split("## A request's path", 1)[1].split("\n## ", 1)[0]
+    listed = [line.split("`")[1] for line in section.splitlines() if line[:1].isdigit()]
+    assert listed == [step.__name__ for step in STEPS]

@@ -1,0 +1,311 @@
+"""The Gateway: the one object that talks to an LLM.
+
+OpenAI, Azure OpenAI or any OpenAI-compatible server (``base_url``), through the openai SDK's
+sync client (an async client breaks when Celery's processes make and drop event loops). A chat
+or embeddings request is built here and sent down the path in ``prism.llm.steps.STEPS``
+(response cache, run budget, Batch API, circuit, metering, retries, slots, rate limit, context
+learning), whose last step hands it to the SDK. The Batch and Files API calls go straight to
+the SDK with the same retries.
+
+The output cap goes in the field the endpoint reads (``max_completion_tokens`` for OpenAI and
+Azure, ``max_tokens`` for other OpenAI-compatible servers, or both). Provider prompt caching: a
+prompt long enough to be cached (CACHE_MIN_TOKENS) is sent with a ``prompt_cache_key`` per
+(model, prefix) that the caller names (a filing segment's content), and with 24 h retention where
+the model has it. The flex tier sends ``service_tier="flex"``, is priced at half, and its 429
+"resource unavailable" is retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
+
+from prism import batch
+from prism.endpoints import SELF_HOSTED_SLOTS, Endpoint, RequestOptions, RetryPolicy, ServerFacts
+from prism.llm.errors import BatchApiError
+from prism.llm.ports import Cache, Circuit, Limiter, NoLimiter
+from prism.llm.replies import describe, is_retryable
+from prism.llm.steps import Reply, Request, backoff, chain
+from prism.models import CallRecord, Stage
+from prism.pricing import PriceTable
+
+if TYPE_CHECKING:  # the SDK is imported where a request is made: commands that make none start sooner
+    import openai
+
+    from prism.segmenting import TokenCounter
+
+# The provider caches prompts of at least this many tokens; shorter ones get no key, no pacing.
+CACHE_MIN_TOKENS = 1024
+# Models that keep a cached prefix for 24 h when asked (others only in memory, minutes).
+RETENTION_24H = re.compile(r"^(gpt-5|gpt-4\.1)(-\d{4}-\d{2}-\d{2})?$")
+PROBE_OUTPUT_TOKENS = 16  # a system-prompt probe's answer is not read; some servers refuse a cap under 16
+
+
+def prompt_cache_key(model: str, prefix_id: str) -> str:
+    """One key per (model, shared prefix): the provider routes requests of one key together."""
+    return "prism-" + hashlib.sha256(f"{model}\0{prefix_id}".encode()).hexdigest()[:24]
+
+
+def prefix_id(texts: list[str]) -> str:
+    """A content hash of the candidates a prompt shares with other questions (a filing segment)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(hashlib.sha256(text.encode()).digest())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    call: CallRecord
+
+
+class Gateway:
+    def __init__(
+        self,
+        endpoints: Mapping[Stage, Endpoint] | Endpoint,
+        prices: PriceTable,
+        policy: RetryPolicy = RetryPolicy(),
+        limiter: Limiter | None = None,
+        cache: Cache | None = None,
+        options: RequestOptions = RequestOptions(),
+        circuit: Circuit | None = None,
+        concurrency: Mapping[str, int] | None = None,
+        contexts: MutableMapping[str, int] | None = None,
+    ):
+        self.endpoints = endpoints
+        self.concurrency = concurrency or {}  # model ("*": any) -> requests in flight at once; 0: no cap
+        self.contexts = {} if contexts is None else contexts  # "<endpoint>:<model>" -> context learned
+        self._servers: dict[Endpoint, ServerFacts] = {}
+        self.prices = prices
+        self.policy = policy
+        self.limiter = limiter or NoLimiter()
+        self.cache = cache
+        self.options = options
+        self.circuit = circuit  # None: an endpoint down fails each call after its retries
+        self._counter: TokenCounter | None = None
+        self._clients: dict[Endpoint, openai.OpenAI] = {}
+        self._send = chain(self, self._transport)
+
+    def _transport(self, request: Request) -> Reply:
+        raw = request.send(self._client(request.endpoint))
+        return Reply(response=raw.parse(), headers=raw.headers)
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The prompt-token counter, loaded at the first request (commands that make none skip it)."""
+        if self._counter is None:
+            from prism.segmenting import TokenCounter
+
+            self._counter = TokenCounter()
+        return self._counter
+
+    def endpoint(self, stage: Stage) -> Endpoint:
+        if isinstance(self.endpoints, Endpoint):
+            return self.endpoints
+        return self.endpoints.get(stage) or Endpoint()
+
+    def complete(
+        self,
+        messages: list[dict],
+        *,
+        stage: Stage,
+        model: str,
+        max_output_tokens: int | None = None,
+        shared_prefix: str | None = None,
+    ) -> Completion:
+        """``shared_prefix``: an id of the part of the prompt other requests share (see prefix_id)."""
+        extra: dict = dict(self.endpoint(stage).cap_fields(max_output_tokens))
+        prompt = self.counter.count("".join(m["content"] for m in messages)) + 4 * len(messages)
+        options, payload = self.options, ["chat", messages, max_output_tokens]
+        if effort := options.reasoning_effort.get(stage):
+            extra["reasoning_effort"] = effort
+            payload.append(effort)  # another effort may answer otherwise
+        if options.service_tier == "flex":
+            extra["service_tier"] = "flex"
+        key = None
+        if options.prompt_cache_key and shared_prefix and prompt >= CACHE_MIN_TOKENS:
+            key = extra["prompt_cache_key"] = prompt_cache_key(model, shared_prefix)
+            if RETENTION_24H.match(model):
+                extra["prompt_cache_retention"] = "24h"
+        reply = self._send(
+            Request(
+                stage,
+                model,
+                self.endpoint(stage),
+                payload,
+                prompt,
+                min(max_output_tokens or self.policy.expected_output_tokens, self.policy.expected_output_tokens),
+                lambda client: client.chat.completions.with_raw_response.create(
+                    model=model, messages=messages, **extra
+                ),
+                lambda response: {"text": (response.choices[0].message.content if response.choices else None) or ""},
+                options.service_tier,
+                check_prompt=True,
+                prompt_key=key,
+                batch_body={
+                    "model": model,
+                    "messages": messages,
+                    **{k: v for k, v in extra.items() if k != "service_tier"},
+                },
+            )
+        )
+        assert reply.call is not None
+        return Completion(reply.body["text"], reply.call)
+
+    def prompt_counts(self, stage: Stage, model: str, system: str, user: str) -> tuple[int | None, int | None]:
+        """The server's own prompt-token counts for ``user`` with ``system`` before it, and alone
+        (None where it reports no usage): a server that reads the system prompt counts it in the
+        difference, whatever its tokenizer. Two short requests, each accounted."""
+        counts = []
+        for messages in (
+            [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            [{"role": "user", "content": user}],
+        ):
+            call = self.complete(messages, stage=stage, model=model, max_output_tokens=PROBE_OUTPUT_TOKENS).call
+            counts.append(None if call.cached else call.usage.prompt_tokens or None)
+        return counts[0], counts[1]
+
+    def embed(self, texts: list[str], *, model: str, stage: Stage = "embeddings") -> list[list[float]]:
+        tokens = sum(self.counter.count_many(texts))
+        reply = self._send(
+            Request(
+                stage,
+                model,
+                self.endpoint(stage),
+                ["embeddings", texts],
+                tokens,
+                0,
+                lambda client: client.embeddings.with_raw_response.create(model=model, input=texts),
+                lambda response: {"vectors": [item.embedding for item in sorted(response.data, key=lambda d: d.index)]},
+                "standard",
+            )
+        )
+        return reply.body["vectors"]
+
+    def server(self, endpoint: Endpoint) -> ServerFacts:
+        """What a self-hosted server says of itself, asked once (a hosted API: nothing)."""
+        if endpoint.hosted:
+            return ServerFacts(source="a hosted API")
+        if endpoint not in self._servers:
+            self._servers[endpoint] = server_facts(endpoint.base_url or "")
+        return self._servers[endpoint]
+
+    def slots(self, endpoint: Endpoint, model: str) -> tuple[int, str]:
+        """The requests (endpoint, model) takes at once (0: no cap), and where that came from."""
+        given = self.concurrency.get(model, self.concurrency.get("*"))
+        if given is not None:
+            return given, "PRISM_LLM_CONCURRENCY"
+        if endpoint.hosted:
+            return 0, "a hosted API: its per-minute limits, no cap"
+        facts = self.server(endpoint)
+        if facts.slots:
+            return facts.slots, f"the server's {facts.source}"
+        return SELF_HOSTED_SLOTS, "the default for a server that reports no slots"
+
+    def context(self, endpoint: Endpoint, model: str) -> tuple[int | None, str]:
+        """The (endpoint, model)'s context in tokens, and where it came from; None: unknown."""
+        if (learned := self.contexts.get(f"{endpoint.key}:{model}")) is not None:
+            return int(learned), "learned from its overflow reply"
+        facts = self.server(endpoint)
+        return facts.context, f"the server's {facts.source}"
+
+    # -- the Batch API: the same requests, sent as files ---------------------------------------
+
+    def upload_batch(self, stage: Stage, data: bytes, name: str) -> str:
+        return self._batch_call(stage, lambda c: c.files.create(file=(name, data), purpose="batch")).id
+
+    def create_batch(self, stage: Stage, file_id: str, metadata: dict[str, str]) -> dict:
+        return self._batch_call(
+            stage,
+            lambda c: c.batches.create(
+                input_file_id=file_id, endpoint=batch.URL, completion_window=batch.WINDOW, metadata=metadata
+            ),
+        ).model_dump()
+
+    def get_batch(self, stage: Stage, batch_id: str) -> dict:
+        return self._batch_call(stage, lambda c: c.batches.retrieve(batch_id)).model_dump()
+
+    def cancel_batch(self, stage: Stage, batch_id: str) -> dict:
+        return self._batch_call(stage, lambda c: c.batches.cancel(batch_id)).model_dump()
+
+    def list_batches(self, stage: Stage) -> list[dict]:
+        return self._batch_call(stage, lambda c: [b.model_dump() for b in c.batches.list(limit=100)])
+
+    def batch_file(self, stage: Stage, file_id: str) -> bytes:
+        return self._batch_call(stage, lambda c: c.files.content(file_id).content)
+
+    def _batch_call(self, stage: Stage, send):
+        """One Batch API or Files API request, retried like a chat request."""
+        import openai
+
+        client = self._client(self.endpoint(stage))
+        retrying = Retrying(
+            retry=retry_if_exception(is_retryable),
+            wait=backoff(self.policy),
+            stop=stop_after_attempt(self.policy.max_attempts),
+            reraise=True,
+        )
+        try:
+            return retrying(send, client)
+        except openai.OpenAIError as err:
+            raise BatchApiError(describe(err)) from err
+
+    def _client(self, endpoint: Endpoint) -> openai.OpenAI:
+        import openai
+
+        if endpoint not in self._clients:
+            key, timeout = endpoint.api_key or "unused", self.policy.timeout_s
+            self._clients[endpoint] = (
+                openai.AzureOpenAI(
+                    azure_endpoint=endpoint.base_url or "",
+                    api_version=endpoint.api_version,
+                    api_key=key,
+                    max_retries=0,
+                    timeout=timeout,
+                )
+                if endpoint.provider == "azure"
+                else openai.OpenAI(base_url=endpoint.base_url, api_key=key, max_retries=0, timeout=timeout)
+            )
+        return self._clients[endpoint]
+
+
+# The unreadable reply is quoted back in the retry up to this many tokens: a runaway reply in
+# full would only fill the context again.
+QUOTED_REPLY_TOKENS = 64
+
+
+def quoted_reply(gateway: Gateway, reply: str) -> dict:
+    """The unreadable reply as the assistant turn of a retry, cut to QUOTED_REPLY_TOKENS."""
+    quoted = gateway.counter.truncate(reply, QUOTED_REPLY_TOKENS)
+    return {"role": "assistant", "content": quoted + (" [...]" if quoted != reply else "")}
+
+
+def server_facts(base_url: str, timeout_s: float = 5.0) -> ServerFacts:
+    """Ask a self-hosted server what it is: llama.cpp's ``/props`` (total_slots, n_ctx), else
+    vLLM's ``/v1/models`` (max_model_len). Nothing answered: nothing reported."""
+    import urllib.request
+
+    root = re.sub(r"/v1/?$", "", base_url.rstrip("/"))
+    for url in (f"{root}/props", f"{base_url.rstrip('/')}/models"):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as reply:  # noqa: S310 - the configured server
+                data = json.loads(reply.read())
+        except (OSError, ValueError):
+            continue
+        if url.endswith("/props") and isinstance(data, dict):
+            settings = data.get("default_generation_settings") or {}
+            context = data.get("n_ctx") or settings.get("n_ctx")
+            if data.get("total_slots") or context:
+                return ServerFacts(data.get("total_slots"), context, "/props")
+        models = data.get("data") if isinstance(data, dict) else None
+        lengths = [int(m["max_model_len"]) for m in models or [] if isinstance(m, dict) and m.get("max_model_len")]
+        if lengths:
+            return ServerFacts(None, min(lengths), "/v1/models max_model_len")
+    return ServerFacts()
