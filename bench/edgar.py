@@ -239,7 +239,7 @@ def zero_dollar_run(work: Path, questions: Path, chunk_ranker: str | None) -> di
     from producer.runs import Runs, new_run_id
     from producer.spec import RunSpec
     from workers import logs
-    from workers.ledger import RunLayout
+    from workers.runfiles import RunLayout
     from workers.settings import load_settings
 
     settings = load_settings()

@@ -37,8 +37,7 @@ from prism.planning import pair_id
 from producer.ingest import ingest_source
 from producer.view.site import export
 from workers.corpus import Corpus
-from workers.ledger import RunLayout
-from workers.runfiles import RunFiles
+from workers.runfiles import RunFiles, RunLayout
 from workers.store import LocalStore, put_model
 
 KEYS = ("export_s_per_1000q", "export_mb_per_1000q", "list_interactive_ms", "question_interactive_ms")

@@ -13,7 +13,7 @@ import typer
 from producer.commands import corpus, estimate, fetch, models, report, run, view
 from producer.commands.common import console
 from producer.spec import RunError
-from workers.settings import SettingsProblem
+from workers.settings import SettingsProblem, named
 
 app = typer.Typer(
     help="Rank financial filings for questions with an LLM fleet (the PRISM method).",
@@ -57,9 +57,9 @@ def _main() -> None:
     except _raised_by("botocore.exceptions", "NoCredentialsError"):
         _fail("no AWS credentials for the S3 store: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile)", 2)
     except _raised_by("botocore.exceptions", "ClientError", "BotoCoreError") as err:
-        _fail(f"the S3 store refused: {err} (PRISM_RESULTS, PRISM_S3_ENDPOINT_URL)", 2)
+        _fail(f"the S3 store refused: {err} ({named('results')}, {named('s3_endpoint_url')})", 2)
     except _raised_by("redis", "RedisError") as err:
-        _fail(f"Redis is not reachable: {err} (PRISM_BROKER_URL, PRISM_REDIS_URL)", 2)
+        _fail(f"Redis is not reachable: {err} ({named('broker_url')}, {named('redis_url')})", 2)
     except typer.Abort:
         _fail("aborted", 130)
     except typer.TyperException as err:  # a bad flag or argument: typer's own message
@@ -71,9 +71,9 @@ def _main() -> None:
     except KeyboardInterrupt:
         _fail("interrupted; `prism resume RUN_ID` goes on where the run stopped", 130)
     except Exception as err:  # noqa: BLE001 - no traceback reaches a user unless asked for
-        if os.environ.get("PRISM_LOG_LEVEL", "").upper() == "DEBUG":
+        if os.environ.get(named("log_level"), "").upper() == "DEBUG":
             raise
-        _fail(f"{type(err).__name__}: {err} (set PRISM_LOG_LEVEL=DEBUG for the traceback)", 1)
+        _fail(f"{type(err).__name__}: {err} (set {named('log_level', 'DEBUG')} for the traceback)", 1)
     sys.exit(code if isinstance(code, int) else 0)
 
 

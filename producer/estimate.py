@@ -29,8 +29,7 @@ from prism.prior import DocPrior
 from prism.questions import Question, read_questions
 from prism.rankers import asks_llm
 from prism.segmenting import TokenCounter
-from producer.plan import invalid_failure
-from producer.questions import question_items
+from producer.inputs import invalid_failure, question_items
 from producer.spec import RunError, open_corpus
 from workers.corpus import Corpus
 from workers.inputs import token_costs

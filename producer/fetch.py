@@ -41,7 +41,7 @@ from workers.app import make_app, reach_broker
 from workers.edgar import Edgar, EdgarError, EdgarMissing, EdgarPaused
 from workers.embedded import embedded_worker
 from workers.messages import Fetched, FetchJob, TaskName
-from workers.settings import Settings
+from workers.settings import Settings, named
 from workers.store import Store, open_store
 
 RECORDS = ".prism-fetch/days/"  # hidden: an ingest of the target does not read them
@@ -118,7 +118,7 @@ def fetch(
 def require_agent(settings: Settings) -> None:
     if not settings.sec_user_agent:
         raise RunError(
-            "PRISM_SEC_USER_AGENT: not set; SEC asks every client to say who it is: 'Acme Data ops@acme.com'"
+            f"{named('sec_user_agent')}: not set; SEC asks every client to say who it is: 'Acme Data ops@acme.com'"
         )
 
 
@@ -208,7 +208,7 @@ def _fetched(
             yield Fetched(key=key, day=row.filed, status="present")
         else:
             jobs.append(FetchJob(target=target, path=archive_path(row), key=key, day=row.filed))
-    stalled = f"no fetch task has ended for {settings.stall_s:.0f} s (PRISM_STALL_S): are workers running (celery -A workers.app worker)?"
+    stalled = f"no fetch task has ended for {settings.stall_s:.0f} s ({named('stall_s')}): are workers running (celery -A workers.app worker)?"
     said: set[str] = set()
 
     def paused() -> None:

@@ -32,7 +32,7 @@ from workers.corpus import Corpus, IngestSummary, failed_source
 from workers.embedded import embedded_worker
 from workers.ingesting import ingest_file
 from workers.messages import IngestJob, TaskName
-from workers.settings import Settings
+from workers.settings import Settings, named
 from workers.store import Store, open_store
 from workers.upgrade import upgrade
 
@@ -279,7 +279,7 @@ def _run(
     on_note: Callable[[str], None],
 ) -> Iterator[IngestSummary]:
     """Each file's summary as its task ends."""
-    stalled = f"no ingest task has ended for {quiet_s:.0f} s (PRISM_STALL_S): are workers running (celery -A workers.app worker)?"
+    stalled = f"no ingest task has ended for {quiet_s:.0f} s ({named('stall_s')}): are workers running (celery -A workers.app worker)?"
     for job, value in run_tasks(app, TaskName.INGEST_FILE, jobs, quiet_s, on_progress, lambda: on_note(stalled)):
         yield _summary_of(job.uri, value)
 

@@ -24,13 +24,14 @@ from urllib.parse import urlparse
 from celery import Celery
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
-from prism.models import Failure, Query, job_id
+from prism.models import Query, job_id
 from prism.planning import digest
+from producer.inputs import invalid_failure
 from producer.spec import RunSpec
 from workers.app import send
-from workers.ledger import Ledger, Outcome, RunLayout, has_outcome, outcome_keys
+from workers.ledger import Ledger, has_outcome, outcome_keys
 from workers.messages import ChunkJob, DocumentJob, Job, Priority, TaskName
-from workers.runfiles import RunFiles
+from workers.runfiles import Outcome, RunFiles, RunLayout
 from workers.settings import Settings
 from workers.store import open_input, s3_client
 
@@ -164,21 +165,6 @@ class _Spools:
             spool.close()
 
 
-def invalid_failure(run_id: str, source: str, item: RowError | InputFileError) -> Failure:
-    if isinstance(item, InputFileError):
-        line = item.last_good_line or None
-        return Failure(run_id=run_id, kind="input", error=str(item), line=line, source=source, field="(file)")
-    return Failure(
-        run_id=run_id,
-        kind="input",
-        error=f"{source}: {item}",
-        query_id=item.query_id,
-        line=item.line,
-        source=source,
-        field=item.field,
-    )
-
-
 @dataclass(frozen=True)
 class _Rows:
     """What planning a rows input keeps from row to row."""
@@ -235,9 +221,10 @@ def _plan_query(q: Query, source: str, context: _Rows, plan: Plan) -> str:
         documents = DocumentJob(question=q.question, candidates=q.candidates, **common)
         send(context.app, TaskName.RANK_DOCUMENTS, documents, Priority.FIRST_ROUND)
         return "enqueued"
-    key = layout.input(f"candidates-{digest(q.candidates)}")
+    name = f"candidates-{digest(q.candidates)}"
+    key = layout.input(name)
     if key not in context.stored and not ledger.store.exists(key):
-        ledger.store.put(key, json.dumps(q.candidates, ensure_ascii=False).encode())
+        RunFiles(ledger.store, spec.run_id).put_candidates(name, q.candidates)
     context.stored.add(key)
     job = ChunkJob(input_key=key, n_candidates=len(q.candidates), question=q.question, **common)
     send(context.app, TaskName.PLAN_CHUNKS, job, Priority.NEW_WORK)

@@ -13,8 +13,7 @@ from datetime import UTC, datetime, timedelta
 from prism import prompts
 from prism.llm import PROMPT_GAP_SHARE, Deferred, Gateway, LlmError, recording
 from prism.models import CallRecord, PromptCheck, RunConfig, Stage
-from workers.ledger import RunLayout
-from workers.store import Store, get_model, put_model
+from workers.store import Store, get_model, prompt_check_key, put_model
 
 # Where the check's calls are kept in the run (as spent, outside any job), and under what query id.
 CHECK_NAME = "system-prompt-check"
@@ -58,7 +57,7 @@ def check_prompts(
         for (endpoint, model), stages in groups.items():
             system = _system_prompt(config, stages[0])
             digest = hashlib.sha256(f"{endpoint}\n{model}\n{system}".encode()).hexdigest()[:24]
-            key = RunLayout.prompt_check(digest)
+            key = prompt_check_key(digest)
             try:
                 kept = get_model(store, key, PromptCheck)
                 if kept.dropped is not None and kept.checked_at and datetime.now(UTC) - kept.checked_at < KEPT:

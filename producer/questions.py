@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import cache
@@ -18,19 +17,18 @@ from celery import Celery
 
 from prism.datasets import InputFileError, RowError
 from prism.ingest.models import FilingEntry
-from prism.models import QuestionPlan
 from prism.planning import CorpusView, question_job_id
-from prism.questions import Question, read_questions
-from producer.plan import Plan, invalid_failure
+from prism.questions import Question
+from producer.inputs import invalid_failure, question_items
+from producer.plan import Plan
 from producer.spec import RunSpec, open_corpus
-from workers import keys
 from workers.app import send
 from workers.corpus import Corpus
-from workers.ledger import Ledger, Progress
+from workers.ledger import Ledger
 from workers.messages import Priority, QuestionJob, TaskName
 from workers.runfiles import RunFiles
 from workers.settings import Settings
-from workers.store import Store, get_model, open_input
+from workers.store import Store
 
 
 def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, settings: Settings) -> Plan:
@@ -127,77 +125,6 @@ def question_job(spec: RunSpec, q: Question, corpus_version: str) -> QuestionJob
     )
 
 
-def question_items(uri: str, settings: Settings) -> Iterator[Question | RowError | InputFileError]:
-    """Each line of a question set as a Question or what is wrong with it (a file that cannot be
-    read: once, after the lines read before the failure)."""
-    try:
-        with open_input(uri, settings) as stream:
-            yield from read_questions(stream, uri)
-    except InputFileError as err:
-        yield err
-    except OSError as err:
-        yield InputFileError(uri, 0, err.strerror or str(err))
-
-
-def gather(store: Store, run_id: str, progress: Progress | None) -> tuple[list[QuestionPlan], list[dict]]:
-    """Each enqueued question's plan (planned ones) and the run's plan rows: a planned question's
-    document job and pairs, or the question itself while it is not planned (pending); written to
-    plan.jsonl and questions.jsonl."""
-    files, plans, rows = RunFiles(store, run_id), [], []
-    kept = _kept_plans(files, progress)
-    for row in files.enqueued():
-        plan = kept.get(row["question_id"])
-        if plan is None:
-            rows.append(row)  # enqueued, not planned yet (or lost)
-            continue
-        plans.append(plan)
-        rows += _plan_rows(plan)
-    files.put_plan(rows)
-    files.put_questions(_question_line(p) for p in plans)
-    return plans, rows
-
-
-def _plan_rows(plan: QuestionPlan) -> list[dict]:
-    """A planned question's rows of plan.jsonl: its document job's, then each pair's (or its own,
-    failed in planning)."""
-    base = {"question_id": plan.question_id, "line": plan.line, "source": plan.source}
-    rows = []
-    if plan.documents is not None:
-        rows.append(base | {"query_id": plan.question_id, "task": "documents", "state": plan.documents})
-    if not plan.pairs:
-        rows.append(base | {"query_id": plan.question_id, "task": "chunks", "state": "failed"})
-    for p in plan.pairs:
-        pair = {"filing": p.filing, "version": p.version, "filing_rank": p.filing_rank, "filing_score": p.filing_score}
-        reuse = {"since": p.since, "reused": p.reused} if p.reused else {}
-        rows.append(base | {"query_id": p.query_id, "task": "chunks", "state": p.state} | pair | reuse)
-    return rows
-
-
-def _kept_plans(files: RunFiles, progress: Progress | None) -> dict[str, QuestionPlan]:
-    """The questions' plans where the ledger keeps them: beside the store (Redis, memory), or in
-    it; once those are gone (a run gathered long ago), as its questions.jsonl holds them."""
-    store, layout = files.store, files.layout
-    if progress is not None:
-        kept = progress.plans(keys.plans(store.uri, layout.run_id))
-        plans = {qid: QuestionPlan.model_validate_json(record) for qid, record in kept.items()}
-    else:
-        plans = {}
-        for key in store.keys(layout.file("questions/")):
-            plan = get_model(store, key, QuestionPlan)
-            plans[plan.question_id] = plan
-    if not plans:
-        plans = {p.question_id: p for p in map(QuestionPlan.model_validate, files.questions())}
-    return plans
-
-
-def _question_line(plan: QuestionPlan) -> dict:
-    """A question's plan as questions.jsonl keeps it (the filings in their chosen order)."""
-    filings = [
-        {"filing": p.filing, "rank": p.filing_rank, "score": p.filing_score, "reason": p.reason} for p in plan.pairs
-    ]
-    return plan.model_dump(mode="json") | {"filings": filings}
-
-
 def filing_changes(store: Store, corpus: Corpus, spec: RunSpec) -> dict:
     """The filings new and changed since the run a `--new` run starts from (read from the
     catalogue's rows written after it planned, not from the corpus), and whether it ran with
@@ -218,15 +145,4 @@ def filing_changes(store: Store, corpus: Corpus, spec: RunSpec) -> dict:
         "new_filings": new,
         "changed_filings": changed,
         "removed_filings": 0,
-    }
-
-
-def question_changes(changes: dict, plans: list[QuestionPlan]) -> dict:
-    """The filing changes with how the questions stood against the earlier run."""
-    stood = Counter(p.since for p in plans)
-    return changes | {
-        "unchanged_questions": stood["unchanged"],
-        "new_questions": stood["new_question"],
-        "changed_questions": stood["changed_question"],
-        "questions_with_changed_filings": stood["changed_filings"],
     }

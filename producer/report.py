@@ -19,7 +19,8 @@ def write(
     corpus: Corpus | None = None,
     estimate: Estimate | str | None = None,
 ) -> tuple[dict, dict]:
-    """Write every report file of a run from what is stored now; returns cost and metrics. A
+    """Write every report file of a run from what is stored now (not the manifest: whoever
+    finalizes the run writes it, after these); returns cost and metrics. A
     question set over a corpus also gets its evidence table and the metrics over its questions,
     and where an LLM ranked, its estimate (or why there is none) beside what it cost."""
     files = state.files
@@ -48,7 +49,6 @@ def write(
     text += "".join(f"\n![{name}]({name})\n" for name in images)
     text += "".join(f"\n_{name} is left out: {why}._\n" for name, why in left_out.items())
     files.put_report(text, images)
-    files.put_manifest(manifest)
     return cost, metrics
 
 

@@ -3,13 +3,9 @@ finalize (status, counts, report files), resume. The commands are a thin layer o
 
 from __future__ import annotations
 
-import os
-import re
-import secrets
-import socket
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -17,46 +13,28 @@ from amqp.exceptions import ChannelError
 from celery import Celery
 from rich.console import Console
 
-from prism.estimate import Estimate
 from prism.llm import spending
-from prism.models import PromptCheck, QuestionPlan, RunManifest, Usage
+from prism.models import PromptCheck, RunManifest, Usage
 from prism.pricing import PriceTable
 from producer import report
-from producer.estimate import estimate_plans
 from producer.plan import Plan, plan_run
+from producer.plans import gather
 from producer.prompt_check import CHECK_NAME, check_prompts
-from producer.questions import enqueue_questions, gather, question_changes
+from producer.questions import enqueue_questions
+from producer.reader import OWNER, RunEnd, RunReader, error_text, with_failure
 from producer.spec import RunError, RunSpec
 from producer.state import RunState
-from producer.watch import Watch, planned, total
+from producer.watch import Watch
 from workers import keys
 from workers import ledger as ledgers
 from workers import runtime as runtimes
 from workers.app import make_app
 from workers.budget import RunBudget
-from workers.corpus import Corpus
 from workers.embedded import embedded_worker
-from workers.ledger import Ledger, Outcome, has_outcome, mark_last_over, outcome_keys
-from workers.runfiles import RunFiles
-from workers.settings import Settings
-from workers.store import Store, open_store
-
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-OWNER = f"{socket.gethostname()}:{os.getpid()}"
-FINISHED = ("complete", "complete_with_failures", "incomplete", "budget_exhausted", "failed", "interrupted")
-ENDED = ("complete", "complete_with_failures")  # every job has its outcome: a `--new` run may start from it
-
-
-def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
-def check_run_id(run_id: str) -> str:
-    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
-        raise RunError(
-            f"--run-id {run_id!r}: use 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        )
-    return run_id
+from workers.ledger import Ledger, has_outcome, outcome_keys
+from workers.runfiles import Outcome, RunFiles
+from workers.settings import Settings, flag, named
+from workers.store import Store
 
 
 @dataclass(frozen=True)
@@ -73,16 +51,6 @@ class FleetView:
         return not self.working and (not self.queued or not self.answering)
 
 
-@dataclass
-class RunEnd:
-    """What a finished (or stopped) run comes to, for the summary and the exit status."""
-
-    manifest: RunManifest
-    cost: dict = field(default_factory=dict)
-    metrics: dict = field(default_factory=dict)
-    input_errors: list[str] = field(default_factory=list)
-
-
 class Runs:
     def __init__(self, settings: Settings, console: Console):
         self.settings, self.console = settings, console
@@ -90,6 +58,7 @@ class Runs:
         self.app: Celery = make_app(settings)
         self.app.prism_runtime = self.runtime  # embedded workers rank with the producer's runtime
         self.app.set_current()
+        self.reader = RunReader(settings, self.runtime.store, self.runtime.progress)
 
     # -- start and resume ------------------------------------------------------------------
 
@@ -119,7 +88,7 @@ class Runs:
         timeout: float | None,
         failed: bool = False,
     ) -> RunEnd:
-        store, manifest = self.open_run(run_id, results)
+        store, manifest = self.reader.open_run(run_id, results)
         ledger = self.ledger(manifest.results)
         reopened = ledger.reopen(run_id, Outcome.SKIPPED)
         retried = ledger.reopen(run_id, Outcome.FAILED) if failed else 0
@@ -137,7 +106,9 @@ class Runs:
 
     def _execute(self, spec: RunSpec, manifest: RunManifest, wait: bool, timeout: float | None) -> RunEnd:
         if not wait and self.settings.embedded:
-            raise RunError("--no-wait needs a fleet (PRISM_BROKER_URL): embedded workers stop when the command ends")
+            raise RunError(
+                f"--no-wait needs a fleet ({named('broker_url')}): embedded workers stop when the command ends"
+            )
         budget = self._budget(spec)
         files = RunFiles(self.runtime.store(spec.results), spec.run_id)
         self._check_batches(spec)
@@ -171,7 +142,7 @@ class Runs:
         try:
             plan = self._plan(spec, files.store, spent)
         except Exception as err:  # noqa: BLE001 - the run is recorded failed, with the reason
-            files.put_manifest(_failed(manifest, f"planning failed: {_text(err)}"))
+            files.put_manifest(with_failure(manifest, f"planning failed: {error_text(err)}"))
             raise
         manifest = manifest.model_copy(
             update={
@@ -187,7 +158,7 @@ class Runs:
         files.put_manifest(manifest)
         if plan.queries + plan.questions == 0 and plan.invalid_rows == 0:
             error = f"{spec.input}: no input rows (an empty file, or a folder with no .jsonl files)"
-            files.put_manifest(_failed(manifest, error))
+            files.put_manifest(with_failure(manifest, error))
             raise RunError(error)
         return plan, manifest
 
@@ -252,19 +223,21 @@ class Runs:
         gateway = self.runtime.gateway
         if spec.config.via == "batch" and gateway is not None and gateway.cache is None:
             raise RunError(
-                "--via batch needs the response cache, where the batches' answers wait: set PRISM_CACHE=true"
+                f"{flag('via')} batch needs the response cache, where the batches' answers wait: set {named('cache', 'true')}"
             )
 
     def _budget(self, spec: RunSpec) -> RunBudget | None:
         if spec.config.budget_usd is None:
             return None
         if self.runtime.redis is None:
-            raise RunError("a run budget needs Redis: set PRISM_BROKER_URL (or PRISM_REDIS_URL)")
+            raise RunError(f"a run budget needs Redis: set {named('broker_url')} (or {named('redis_url')})")
         prices = PriceTable.load(self.settings.prices_file)
         for stage in sorted(spec.config.paid_stages()):
             model = spec.config.models[stage]
             if prices.usd(model, Usage(prompt_tokens=1000)) is None:
-                raise RunError(f"model {model!r} has no price, so a budget cannot be kept; add it to PRISM_PRICES_FILE")
+                raise RunError(
+                    f"model {model!r} has no price, so a budget cannot be kept; add it to {named('prices_file')}"
+                )
         return RunBudget(self.runtime.redis, spec.run_id, spec.config.budget_usd)
 
     # -- what the watch asks ---------------------------------------------------------------------
@@ -309,148 +282,11 @@ class Runs:
 
     # -- finalize ----------------------------------------------------------------------------
 
-    def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
-        """The run's status and counts from what is stored, then every report file."""
-        plans: list[QuestionPlan] = []
-        if manifest.corpus:  # a question set: its questions' plans, gathered into plan.jsonl and questions.jsonl
-            plans, _ = gather(state.store, manifest.run_id, self.runtime.progress)
-            manifest = manifest.model_copy(update={"counts": manifest.counts | _question_counts(plans)})
-            if manifest.since and manifest.changes:
-                manifest = manifest.model_copy(update={"changes": question_changes(manifest.changes, plans)})
-        state.poll()
-        outcomes: set[tuple[str | None, str | None]] = {(r.task, r.query_id) for r in state.results.values()}
-        outcomes |= {(f.task, f.query_id) for f in state.job_failures}
-        pending = [p for p in state.files.plan() if (p["task"], p["query_id"]) not in outcomes]
-        counts = manifest.counts | {
-            "done": len(state.results),
-            "failed": len(state.job_failures),
-            "invalid_rows": len(state.input_failures),
-            "pending": len(pending),
-            "skipped": len(state.skipped),
-            "reused": sum(1 for r in state.results.values() if r.reused_from),
-        }
-        manifest = _settled(manifest, counts, budget_spent or bool(state.skipped))
-        corpus = Corpus(self.runtime.store(manifest.corpus)) if manifest.corpus else None
-        cost, metrics = report.write(state, manifest, pending, corpus, self._estimate(manifest, plans, corpus))
-        if manifest.corpus and manifest.status in ENDED:  # what a `--new` run may start from
-            mark_last_over(state.store, manifest.corpus, manifest.run_id)
-        return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
-
-    def _estimate(
-        self, manifest: RunManifest, plans: list[QuestionPlan], corpus: Corpus | None
-    ) -> Estimate | str | None:
-        """What the run's plans would cost as `prism estimate` prices them, for a question-set run
-        that calls an LLM (None otherwise), under the settings it ran with; why not, where it
-        cannot be made. The plans are the run's own: nothing is planned again, no filing read."""
-        config = manifest.config
-        if corpus is None or not (config.uses_llm("documents") or config.uses_llm("chunks")):
-            return None
-        recorded = {k: manifest.settings[k] for k in ("service_tier",) if k in manifest.settings}
-        try:
-            settings = self.settings.model_copy(update=recorded)
-            return estimate_plans(plans, corpus, settings, config)
-        except Exception as err:  # noqa: BLE001 - the report says why and is written all the same
-            return _text(err)
-
-    # -- reading runs ------------------------------------------------------------------------
-
     def ledger(self, results: str) -> Ledger:
         return self.runtime.ledger(results)
 
-    def expected(self, store: Store, manifest: RunManifest) -> int:
-        """The outcomes a run waits for: its planned queries, or a question set's planned
-        questions' outcomes (one for each question not planned yet)."""
-        questions = manifest.counts.get("questions", 0)
-        if not manifest.corpus or manifest.status not in ("planning", "running"):
-            return manifest.counts.get("documents", 0) + manifest.counts.get("chunks", 0)
-        progress, state = self.runtime.progress, RunState(store, manifest.run_id)
-        if progress is None:
-            return planned(state, questions)[0]
-        return total(progress.planned(keys.planned(store.uri, manifest.run_id)), questions)[0]
-
-    def open_run(self, run_id: str, results: str | None) -> tuple[Store, RunManifest]:
-        check_run_id(run_id)
-        store = open_store(results or self.settings.results, self.settings)
-        try:
-            return store, RunFiles(store, run_id).manifest()
-        except KeyError:
-            raise RunError(f"no run {run_id!r} in {store.uri}") from None
-
-    def refresh(self, run_id: str, results: str | None) -> tuple[Store, RunManifest]:
-        """The run as stored, finalized as interrupted when its producer is gone."""
-        store, manifest = self.open_run(run_id, results)
-        if manifest.status in ("planning", "running") and manifest.owner and not _alive(manifest.owner):
-            outcome = self.finalize(RunState(store, run_id), manifest)
-            manifest = outcome.manifest
-        return store, manifest
-
-
-def _settled(manifest: RunManifest, counts: dict, budget_spent: bool) -> RunManifest:
-    """The manifest with its status, counts and end time; a run that had ended keeps its end, so a
-    later report does not move its wall time."""
-    status, error = settle_status(manifest, counts, budget_spent)
-    ended = manifest.status in FINISHED and manifest.finished_at is not None
-    now = manifest.finished_at if ended and manifest.finished_at else _now()
-    return manifest.model_copy(
-        update={
-            "status": status,
-            "error": error,
-            "owner": None if status in FINISHED else manifest.owner,
-            "finished_at": now,
-            "counts": counts,
-            "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
-        }
-    )
-
-
-def settle_status(manifest: RunManifest, counts: dict, budget_spent: bool) -> tuple[str, str | None]:
-    if manifest.status == "failed":
-        return "failed", manifest.error
-    if manifest.status == "planning":
-        return "interrupted", manifest.error or "the producer stopped while planning"
-    if manifest.status == "interrupted" and counts.get("pending", 0):
-        return "interrupted", manifest.error  # until a resume, whoever finalizes it again
-    done, failed, pending = counts.get("done", 0), counts.get("failed", 0), counts.get("pending", 0)
-    if manifest.owner and not _alive(manifest.owner) and pending:
-        return "interrupted", "the producer stopped before the run ended"
-    if not done and (failed or counts.get("invalid_rows", 0)) and not pending:
-        return "failed", "no query got a result"
-    if not pending:
-        if failed or counts.get("invalid_rows", 0):
-            return "complete_with_failures", None
-        return "complete", None
-    if budget_spent:
-        return "budget_exhausted", None
-    return "incomplete", None
-
-
-def _failed(manifest: RunManifest, error: str) -> RunManifest:
-    return manifest.model_copy(update={"status": "failed", "error": error, "finished_at": _now()})
-
-
-def _alive(owner: str) -> bool:
-    """Whether the producer named "host:pid" still runs; one on another host is assumed alive."""
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True
-    if int(pid) == os.getpid():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _question_counts(plans: list[QuestionPlan]) -> dict[str, int]:
-    return {
-        "questions": len(plans),
-        "documents": sum(p.documents is not None for p in plans),
-        "chunks": sum(len(p.pairs) or 1 for p in plans),
-        "segments": sum(pair.segments for p in plans for pair in p.pairs),
-    }
+    def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
+        return self.reader.finalize(state, manifest, budget_spent)
 
 
 def _run_rows(files: RunFiles, progress: ledgers.Progress | None) -> Iterator[dict]:
@@ -476,11 +312,3 @@ def code_version() -> str:
     except OSError:
         pass
     return text
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _text(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}"

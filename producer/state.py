@@ -10,8 +10,7 @@ from pydantic import BaseModel
 
 from prism.metrics import evaluate
 from prism.models import CallRecord, Failure, JobResult, Reference, Spent
-from workers.ledger import Outcome, RunLayout
-from workers.runfiles import RunFiles
+from workers.runfiles import Outcome, RunFiles, RunLayout
 from workers.store import Store, get_model
 
 

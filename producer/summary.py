@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.table import Table
 
 from workers import logs
-from workers.settings import Settings
+from workers.settings import Settings, named
 
 if TYPE_CHECKING:
-    from producer.runs import RunEnd
+    from producer.reader import RunEnd
     from producer.spec import RunSpec
 
 NO_LLM = {"prior": "the learned filing-type prior", "lexical": "BM25", "financial": "the financial retriever"}
@@ -104,6 +104,7 @@ def _print_no_llm(out: Console, end: RunEnd) -> None:
     out.print(
         f"[yellow]No LLM was used:[/yellow] documents were ranked by {NO_LLM.get(config.doc_ranker, config.doc_ranker)} "
         f"and chunks by {NO_LLM.get(config.chunk_ranker, config.chunk_ranker)}, at $0. To rank with an LLM set "
-        "OPENAI_API_KEY (or PRISM_LLM_BASE_URL for any OpenAI-compatible server); to run on a fleet set "
-        "PRISM_BROKER_URL and PRISM_RESULTS=s3://bucket/prefix and start workers with `celery -A workers.app worker`."
+        f"OPENAI_API_KEY (or {named('llm_base_url')} for any OpenAI-compatible server); to run on a fleet set "
+        f"{named('broker_url')} and {named('results', 's3://bucket/prefix')} and start workers with "
+        "`celery -A workers.app worker`."
     )

@@ -19,16 +19,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from prism.models import QuestionPlan
 from producer.plan import Plan
+from producer.plans import planned, total
 from producer.state import RunState, cost_report, usd_text
 from workers import keys
 from workers.batches import batch_summary
 from workers.circuit import outage_text
 from workers.limiter import slots_text
 from workers.runtime import Runtime
-from workers.settings import Settings
-from workers.store import get_model
+from workers.settings import Settings, named
 
 Counter = Callable[[], tuple[int, int, bool]]  # outcomes so far, outcomes waited for, whether final
 
@@ -132,9 +131,7 @@ class Watch:
             line = f"{outage_text(outages)}, {max(0, waiting)} jobs waiting"
             if not self.down:
                 self.down_from = time.monotonic()
-                said = (
-                    f"{line}: {outages[0][1].error}; they wait for it up to PRISM_OUTAGE_S={self.settings.outage_s:g} s"
-                )
+                said = f"{line}: {outages[0][1].error}; they wait for it up to {named('outage_s', f'{self.settings.outage_s:g}')} s"
                 view.console.print(f"[yellow]{escape(said)}[/yellow]")
             self.down, self.last_change = line, time.monotonic()  # the jobs wait for the provider: no stall
             # A job deferred for it is back within its wait and the task's jitter (at most as long).
@@ -170,15 +167,3 @@ class Watch:
         )
         self.count = self._counter(self.replan())
         self.last_change = time.monotonic()
-
-
-def total(planned: tuple[int, int], questions: int) -> tuple[int, bool]:
-    """The outcomes a question set waits for: its planned questions', one for each other."""
-    count, outcomes = planned
-    return outcomes + max(0, questions - count), count >= questions
-
-
-def planned(state: RunState, questions: int) -> tuple[int, bool]:
-    """The same, read from the questions' plans in the store (no Redis to count them beside it)."""
-    plans = [get_model(state.store, k, QuestionPlan) for k in state.store.keys(state.layout.file("questions/"))]
-    return total((len(plans), sum(p.outcomes for p in plans)), questions)

@@ -32,11 +32,11 @@ from tasks.base import JobTask, QueryTask
 from tasks.ranking import enqueue_level, rank_documents
 from workers import inputs
 from workers.corpus import Corpus
-from workers.ledger import Ledger, Outcome, RunLayout
+from workers.ledger import Ledger
 from workers.messages import ChunkJob, DocumentJob, Job, Priority, QuestionJob, TaskName
-from workers.runfiles import RunFiles
+from workers.runfiles import Outcome, RunFiles, RunLayout
 from workers.runtime import Runtime
-from workers.store import Store, get_model, put_model
+from workers.store import Store, get_model
 
 log = structlog.get_logger("prism")
 Standing = Literal["unchanged", "new_question", "changed_question", "changed_filings"]
@@ -162,7 +162,7 @@ def plan_chunks(self: ChunkPlanTask, message: dict) -> None:
     then its segments enqueued, as a question's pair is planned above. ``input_key`` names the
     row's candidates as the producer stored them."""
     job, rt = ChunkJob.model_validate(message), self.runtime
-    source = RowChunks(rt.store(job.results), job.input_key, rt.counter(Chunking().encoding))
+    source = RowChunks(RunFiles(rt.store(job.results), job.run_id), job.input_key, rt.counter(Chunking().encoding))
     log.info("chunk query planned", segments=fan_out(rt, job, source))
 
 
@@ -283,22 +283,22 @@ class RowChunks:
     """A row's candidate chunks, stored once in the run by the producer (rows over one filing
     share them); their input for a budget is kept beside them."""
 
-    store: Store
+    files: RunFiles
     key: str
     counter: TokenCounter
     home: str | None = None  # in the run's own store
 
     def texts(self) -> tuple[list[str], list[int] | None]:
-        return json.loads(self.store.get(self.key)), None
+        return json.loads(self.files.store.get(self.key)), None
 
     def shared(self, budget: int) -> tuple[str, list[int]]:
         key = f"{self.key.removesuffix('.json')}-{budget}.json"
         try:
-            return key, get_model(self.store, key, chunks.ChunkInput).costs
+            return key, get_model(self.files.store, key, chunks.ChunkInput).costs
         except KeyError:
             pass
         data = chunks.prepare("", self.texts()[0], self.counter, budget)
-        put_model(self.store, key, data, if_absent=True)  # stored before the jobs that read it are enqueued
+        self.files.put_input(key, data, if_absent=True)  # stored before the jobs that read it are enqueued
         return key, data.costs
 
 
@@ -346,7 +346,7 @@ def _prefiltered_input(
     if calls:
         Ledger(store, None).spent(job, calls, "pre-filter embeddings", f"prefilter-{job.job_id}-{uuid.uuid4().hex[:8]}")
     key = layout.input(job.query_id)
-    put_model(store, key, data)
+    RunFiles(store, job.run_id).put_input(key, data)
     return key, data
 
 

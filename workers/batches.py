@@ -31,10 +31,11 @@ import structlog
 
 from prism import batch
 from prism.llm import BatchApiError, Budget, Cache, Gateway
-from prism.models import CallRecord, Spent, Stage, Usage
-from workers.ledger import RunLayout
+from prism.models import CallRecord, Stage, Task, Usage
+from workers.ledger import Ledger
 from workers.messages import Job
-from workers.store import Store, put_model, safe_name
+from workers.runfiles import RunFiles, RunLayout
+from workers.store import Store, safe_name
 
 log = structlog.get_logger("prism")
 
@@ -44,14 +45,14 @@ class StoreBatchQueue:
 
     def __init__(self, store: Store, job: Job, retry_in: float):
         self.store, self.job, self.retry_in = store, job, retry_in
-        self.run_id, self.layout = job.run_id, RunLayout(job.run_id)
+        self.run_id, self.layout, self.files = job.run_id, RunLayout(job.run_id), RunFiles(store, job.run_id)
 
     def defer(self, key: str, stage: Stage, model: str, body: dict) -> bool:
         if self.store.exists(self.layout.batch("online", key)):
             return False
         entry: dict = {"key": key, "stage": stage, "model": model, "body": body, "task": self.job.task}
         entry |= {"query_id": self.job.query_id, "tries": 0, "errors": [], "at": time.time()}
-        self.store.put(self.layout.batch("pending", key), json.dumps(entry).encode(), if_absent=True)
+        self.files.put_batch("pending", key, entry, if_absent=True)
         return True
 
 
@@ -92,7 +93,7 @@ class BatchDriver:
         self.store, self.run_id, self.gateway, self.limits = store, run_id, gateway, limits
         self.cache: Cache = gateway.cache
         self.budget = budget  # the run's cap: charged with each answered line, once
-        self.layout = RunLayout(run_id)
+        self.layout, self.files = RunLayout(run_id), RunFiles(store, run_id)
         self.records: dict[str, dict] = {}
         self.pending: dict[str, dict] = {}
 
@@ -191,7 +192,7 @@ class BatchDriver:
 
     def _save(self, record: dict) -> None:
         self.records[record["id"]] = record
-        self.store.put(self.layout.batch("batches", record["id"]), json.dumps(record, indent=1).encode())
+        self.files.put_batch("batches", record["id"], record)
 
     # -- submit ----------------------------------------------------------------------------
 
@@ -238,7 +239,7 @@ class BatchDriver:
                 results |= {r.custom_id: r for r in batch.read_lines(data, model)}
         ended = max((view.get(f"{s}_at") or 0) for s in batch.TERMINAL)
         latency = max(0.0, float(ended - (view.get("created_at") or ended)))
-        calls: dict[tuple[str, str], list[CallRecord]] = defaultdict(list)
+        calls: dict[tuple[Task, str], list[CallRecord]] = defaultdict(list)
         answered, again = [], []
         for custom_id, (task, query_id, line_stage) in record["lines"].items():
             result = results.get(custom_id)
@@ -263,13 +264,12 @@ class BatchDriver:
                 )
                 calls[(task, query_id)].append(failed)
             again.append((custom_id, reason))
+        ledger = Ledger(self.store, None)
         for (task, query_id), held in calls.items():
-            spent = Spent(
-                run_id=self.run_id, task=task, query_id=query_id, reason=f"Batch API {record['id']}", calls=held
-            )
             name = f"batch-{record['id']}-{task}-{safe_name(query_id)}"
             # Written once however often the batch is taken in (a resumed producer), and charged once.
-            if put_model(self.store, self.layout.spent(name), spent, if_absent=True) and self.budget is not None:
+            kept = ledger.spent_by_run(self.run_id, held, f"Batch API {record['id']}", name, task, query_id, once=True)
+            if kept and self.budget is not None:
                 self.budget.settle(Decimal(0), sum((c.usd or Decimal(0) for c in held), Decimal(0)))
         for custom_id in answered:
             self._drop(custom_id)
@@ -292,7 +292,7 @@ class BatchDriver:
         )
 
     def _drop(self, key: str) -> None:
-        self.store.delete(self.layout.batch("pending", key))
+        self.files.delete_batch("pending", key)
         self.pending.pop(key, None)
 
     def _retry(self, key: str, reason: str) -> None:
@@ -302,12 +302,12 @@ class BatchDriver:
         entry = entry | {"tries": entry.get("tries", 0) + 1, "errors": [*entry.get("errors", []), reason]}
         if entry["tries"] >= self.limits.max_tries:
             note = {"tries": entry["tries"], "errors": entry["errors"]}
-            self.store.put(self.layout.batch("online", key), json.dumps(note).encode())
+            self.files.put_batch("online", key, note)
             self._drop(key)
             log.warning("batch gave up on a request: sent online", key=key, errors=entry["errors"])
             return
         self.pending[key] = entry
-        self.store.put(self.layout.batch("pending", key), json.dumps(entry).encode())
+        self.files.put_batch("pending", key, entry)
 
 
 class TickLock:

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from datetime import UTC, datetime
 
 import redis
 
+from prism.endpoints import Endpoint
 from prism.llm import Outage
 from workers import keys
+
+
+def endpoints_down(circuits: Circuits, endpoints: Iterable[Endpoint]) -> list[tuple[str, Outage]]:
+    """The endpoints that are down now, by URL, with since when."""
+    found: dict[str, tuple[str, Outage]] = {}
+    for endpoint in endpoints:
+        if endpoint.key not in found and (outage := circuits.outage(endpoint.key)) is not None:
+            found[endpoint.key] = (endpoint.base_url or "api.openai.com", outage)
+    return list(found.values())
 
 
 class Circuits:

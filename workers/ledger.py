@@ -1,20 +1,7 @@
-"""The run ledger: where a run's records live and the one place that writes a job's outcome.
-
-    runs/<run_id>/manifest.json, plan.jsonl, qrels.jsonl, cost.json, failures.jsonl, report.md
-    runs/<run_id>/questions/<name>.json            a question's plan, where no Redis (or memory) keeps it
-    runs/<run_id>/results/<task>/<name>.json       a result                    (Outcome.DONE)
-    runs/<run_id>/failures/<task>/<name>.json      a failure and its reason    (Outcome.FAILED)
-    runs/<run_id>/skipped/<task>/<name>.json       stopped by the run's budget (Outcome.SKIPPED)
-    runs/<run_id>/reused/<task>/<name>.json        an earlier run's result, by reference (Outcome.REUSED)
-    runs/<run_id>/failures/input/<name>.json       a bad input row or file     (Outcome.INVALID)
-    runs/<run_id>/inputs/<name>.json               a chunk query's candidates (claim check)
-    runs/<run_id>/spent/<id>.json                  calls no outcome holds (a second delivery, a batch's lines)
-    runs/<run_id>/batch/{pending,online,batches}/  a batch-mode run's requests and batches (workers/batches.py)
-    index/jobs/<job_id>                            the key of a stored result, for later runs
-
-A query without any of these is pending. ``<name>`` is :func:`safe_name` of the query id: any
-length, any characters; the id itself is inside the record. Results and failures are written
-once: a job delivered twice keeps its first outcome, and the second one's calls go to spent/.
+"""The run ledger: the one place that writes a job's outcome (a result, a failure, a skip, a
+reuse) and the calls no outcome holds, under the run's folder as workers/runfiles.py lays it out.
+A query without an outcome is pending. Results and failures are written once: a job delivered
+twice keeps its first outcome, and the second one's calls go to spent/.
 """
 
 from __future__ import annotations
@@ -22,94 +9,19 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Protocol
 
 import redis
 import structlog
-from kombu.utils.encoding import bytes_to_str
 from pydantic import BaseModel
 
 from prism.models import CallRecord, Cited, Failure, JobResult, Ranking, Reference, Spent, Task
 from workers import keys
 from workers.messages import Job
-from workers.store import Store, get_model, put_model, safe_name
+from workers.runfiles import ENDED, FOLDERS, Outcome, RunLayout
+from workers.store import Store, get_model, index_key, last_over_key, put_model, safe_name
 
 log = structlog.get_logger("prism")
-
-
-class Outcome(StrEnum):
-    DONE = "done"
-    FAILED = "failed"
-    SKIPPED = "skipped"  # the run's budget stopped it: pending, not failed
-    REUSED = "reused"  # done, by an earlier run's result (a Reference)
-    INVALID = "invalid"  # a bad input row: never became a job
-    PENDING = "pending"
-
-
-class RunLayout:
-    """The keys of one run's records."""
-
-    def __init__(self, run_id: str):
-        self.run_id = run_id
-        self.base = f"runs/{run_id}"
-
-    def file(self, name: str) -> str:
-        return f"{self.base}/{name}"
-
-    def folder(self, outcome: Outcome) -> str:
-        return f"{self.base}/{_FOLDERS[outcome]}/"
-
-    def outcome(self, outcome: Outcome, task: Task, query_id: str) -> str:
-        return f"{self.folder(outcome)}{task}/{safe_name(query_id)}.json"
-
-    def result(self, task: Task, query_id: str) -> str:
-        return self.outcome(Outcome.DONE, task, query_id)
-
-    def invalid(self, source: str, line: int) -> str:
-        return f"{self.folder(Outcome.FAILED)}input/{safe_name(source)}-{line}.json"
-
-    def question(self, question_id: str) -> str:
-        return f"{self.base}/questions/{safe_name(question_id)}.json"
-
-    def input(self, query_id: str) -> str:
-        return f"{self.base}/inputs/{safe_name(query_id)}.json"
-
-    def spent(self, name: str) -> str:
-        return f"{self.base}/spent/{name}.json"
-
-    def batch(self, kind: str, name: str = "") -> str:
-        """A batch-mode run's records: pending/<key>, online/<key>, batches/<batch id>."""
-        return f"{self.base}/batch/{kind}/" + (f"{name}.json" if name else "")
-
-    @staticmethod
-    def run_of(key: str) -> str:
-        """The run a record's key belongs to."""
-        return key.split("/")[1]
-
-    @staticmethod
-    def index(job_id: str) -> str:
-        """Where any run's result for this job id is recorded (for reuse by later runs)."""
-        return f"index/jobs/{job_id}"
-
-    @staticmethod
-    def prompt_check(digest: str) -> str:
-        """The last system-prompt check of one (endpoint, model, system prompt): a PromptCheck."""
-        return f"index/prompt_checks/{digest}.json"
-
-    @staticmethod
-    def vectors(embedder: str, digest: str) -> str:
-        """A filing version's page vectors by one embedder, shared by every run (content-addressed)."""
-        return f"index/vectors/{safe_name(embedder)}/{digest}.npy"
-
-    @staticmethod
-    def last_over(corpus: str) -> str:
-        """The last finished question-set run over this corpus (a LastRun): what `--new` starts from."""
-        return f"index/corpora/{safe_name(corpus)}.json"
-
-
-_FOLDERS = {Outcome.DONE: "results", Outcome.FAILED: "failures", Outcome.SKIPPED: "skipped", Outcome.REUSED: "reused"}
-ENDED = (Outcome.DONE, Outcome.FAILED, Outcome.REUSED)  # a job with one of these has its outcome
 
 
 class Progress(Protocol):
@@ -165,7 +77,7 @@ class RedisProgress:
         return len(counts), sum(int(n) for n in counts)
 
     def plans(self, plans: str) -> dict[str, str]:
-        return {bytes_to_str(q): bytes_to_str(r) for q, r in self.client.hgetall(plans).items()}
+        return {_text(q): _text(r) for q, r in self.client.hgetall(plans).items()}
 
 
 class MemoryProgress:
@@ -236,7 +148,7 @@ class Ledger:
         )
         key = RunLayout(job.run_id).result(job.task, job.query_id)
         if put_model(self.store, key, result, if_absent=True):
-            self.store.put(RunLayout.index(job.job_id), key.encode())
+            self.store.put(index_key(job.job_id), key.encode())
             self._finished(job, Outcome.DONE, calls)
         else:
             self._spent(job, calls, "duplicate delivery: the result was already stored")
@@ -334,7 +246,7 @@ class Ledger:
     def reusable(self, job: Job) -> str | None:
         """Where an earlier run stored its result for this job id, if any run did."""
         try:
-            earlier_key = self.store.get(RunLayout.index(job.job_id)).decode()
+            earlier_key = self.store.get(index_key(job.job_id)).decode()
         except KeyError:
             return None
         return earlier_key if not earlier_key.startswith(RunLayout(job.run_id).base + "/") else None
@@ -378,12 +290,15 @@ class Ledger:
         name: str | None = None,
         task: Task | None = None,
         query_id: str = "",
-    ) -> None:
+        once: bool = False,
+    ) -> bool:
         """Calls a run made outside its jobs (the producer's system-prompt check) or that no job's
-        outcome holds, kept so they are accounted."""
-        if calls:
-            spent = Spent(run_id=run_id, task=task, query_id=query_id, reason=reason, calls=calls)
-            put_model(self.store, RunLayout(run_id).spent(name or uuid.uuid4().hex), spent)
+        outcome holds, kept so they are accounted; ``once``: not when ``name`` is kept already.
+        True when written."""
+        if not calls:
+            return False
+        spent = Spent(run_id=run_id, task=task, query_id=query_id, reason=reason, calls=calls)
+        return put_model(self.store, RunLayout(run_id).spent(name or uuid.uuid4().hex), spent, if_absent=once)
 
     def _spent(self, job: Job, calls: list[CallRecord], reason: str) -> None:
         log.warning("duplicate delivery", reason=reason)
@@ -405,7 +320,7 @@ class Ledger:
 def outcome_keys(store: Store, run_id: str) -> set[str]:
     """The keys of every outcome a run holds now (results, failures, skips), listed once."""
     layout = RunLayout(run_id)
-    return {key for outcome in _FOLDERS for key in store.keys(layout.folder(outcome))}
+    return {key for outcome in FOLDERS for key in store.keys(layout.folder(outcome))}
 
 
 def has_outcome(listed: set[str], run_id: str, task: Task, query_id: str) -> bool:
@@ -416,12 +331,17 @@ def has_outcome(listed: set[str], run_id: str, task: Task, query_id: str) -> boo
 def mark_last_over(store: Store, corpus: str, run_id: str) -> None:
     """Record a finished question-set run as the last over its corpus."""
     body = {"run_id": run_id, "at": datetime.now(UTC).isoformat()}
-    store.put(RunLayout.last_over(corpus), json.dumps(body).encode())
+    store.put(last_over_key(corpus), json.dumps(body).encode())
 
 
 def last_over(store: Store, corpus: str) -> str | None:
     """The run id of the last finished question-set run over this corpus, if any."""
     try:
-        return json.loads(store.get(RunLayout.last_over(corpus)))["run_id"]
+        return json.loads(store.get(last_over_key(corpus)))["run_id"]
     except KeyError:
         return None
+
+
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (a client made without decode_responses answers bytes)."""
+    return value.decode() if isinstance(value, bytes) else value

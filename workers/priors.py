@@ -12,7 +12,7 @@ from prism.icl import META as ICL_META
 from prism.models import RunConfig
 from prism.prior import ARRAYS, META, DocPrior, PriorModelError, checksum
 from prism.registry import NEEDS_PRIOR
-from workers.settings import Settings
+from workers.settings import Settings, named
 from workers.store import open_store
 
 PACKAGED = str(files("prism").joinpath("data", "doc_prior"))
@@ -75,11 +75,11 @@ def with_examples(config: RunConfig, settings: Settings) -> RunConfig:
         return config.model_copy(update={"icl_index": None})
     if not settings.icl_index:
         raise ExampleStoreError(
-            "in-context examples are on but PRISM_ICL_INDEX names no example store (prism icl build)"
+            f"in-context examples are on but {named('icl_index')} names no example store (prism icl build)"
         )
     examples = read_examples(settings.icl_index, settings)
     if examples.meta["embedder"] != config.models["embeddings"]:
         raise ExampleStoreError(
-            f"the example store was built with {examples.meta['embedder']!r}; set PRISM_EMBEDDER to match"
+            f"the example store was built with {examples.meta['embedder']!r}; set {named('embedder')} to match"
         )
     return config.model_copy(update={"icl_index": f"{settings.icl_index}#{examples.meta['sha256']}"})

@@ -1,25 +1,102 @@
-"""The files of a run's folder, each written here and nowhere else (the ledger writes the jobs'
-outcomes beside them): what the producer planned, what the run is, and what it came to.
+"""A run's folder: its layout, described here once, and the one class that writes it (the ledger
+writes the jobs' outcomes and the calls no outcome holds, through the same layout).
 
-    manifest.json               the run: options, status, counts, timings (RunManifest)
-    plan.jsonl                  a row per query (rows), or per question's job (a question set)
-    qrels.jsonl                 the rows' qrels, for the metrics
-    warnings.jsonl              lines that ran with something said about them
-    questions-enqueued.jsonl    the questions the producer enqueued, in input order
-    questions.jsonl             each question's plan, gathered once the run ends
-    cost.json, summary.json, metrics.json, evidence_metrics.json, failures.jsonl, pending.jsonl
-    estimate.json               what `prism estimate` says of the run's plans (or why it cannot)
-    report.md and its plots, evidence.csv and evidence.parquet
+    runs/<run_id>/manifest.json                    the run: options, status, counts, timings (RunManifest)
+    runs/<run_id>/plan.jsonl                       a row per query (rows), or per question's job (a question set)
+    runs/<run_id>/qrels.jsonl                      the rows' qrels, for the metrics
+    runs/<run_id>/warnings.jsonl                   lines that ran with something said about them
+    runs/<run_id>/questions-enqueued.jsonl         the questions the producer enqueued, in input order
+    runs/<run_id>/questions.jsonl                  each question's plan, gathered once the run ends
+    runs/<run_id>/cost.json, summary.json, metrics.json, evidence_metrics.json, estimate.json,
+        failures.jsonl, pending.jsonl, report.md and its plots, evidence.csv, evidence.parquet
+                                                   what the run came to (producer/report.py)
+    runs/<run_id>/inputs/<name>.json               a chunk query's candidates, and their prepared inputs
+    runs/<run_id>/batch/{pending,online,batches}/  a batch-mode run's requests and batches (workers/batches.py)
+    -- written by the ledger (workers/ledger.py) --
+    runs/<run_id>/questions/<name>.json            a question's plan, where no Redis (or memory) keeps it
+    runs/<run_id>/results/<task>/<name>.json       a result                    (Outcome.DONE)
+    runs/<run_id>/failures/<task>/<name>.json      a failure and its reason    (Outcome.FAILED)
+    runs/<run_id>/skipped/<task>/<name>.json       stopped by the run's budget (Outcome.SKIPPED)
+    runs/<run_id>/reused/<task>/<name>.json        an earlier run's result, by reference (Outcome.REUSED)
+    runs/<run_id>/failures/input/<name>.json       a bad input row or file     (Outcome.INVALID)
+    runs/<run_id>/spent/<id>.json                  calls no outcome holds (a second delivery, a batch's lines)
+
+``<name>`` is :func:`safe_name` of the query id: any length, any characters; the id itself is
+inside the record. Keys outside a run's folder are named in workers/store.py.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from enum import StrEnum
 
-from prism.models import RunManifest
-from workers.ledger import RunLayout
-from workers.store import Store, get_model, put_model
+from pydantic import BaseModel
+
+from prism.models import RunManifest, Task
+from workers.store import Store, get_model, put_model, safe_name
+
+# The statuses a run's manifest may move to from each: a finished run moves on only by being
+# planned again (a resume, a rerun of its id) or by being finalized again (a later report).
+FINISHED = ("complete", "complete_with_failures", "incomplete", "budget_exhausted", "failed", "interrupted")
+MOVES: dict[str, frozenset[str]] = {
+    "planning": frozenset({"planning", "running", "failed", "interrupted"}),
+    "running": frozenset({"planning", "running", *FINISHED}),
+} | {status: frozenset({"planning", *FINISHED}) for status in FINISHED}
+
+
+class Outcome(StrEnum):
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # the run's budget stopped it: pending, not failed
+    REUSED = "reused"  # done, by an earlier run's result (a Reference)
+    INVALID = "invalid"  # a bad input row: never became a job
+    PENDING = "pending"
+
+
+class RunLayout:
+    """The keys of one run's records."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.base = f"runs/{run_id}"
+
+    def file(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def folder(self, outcome: Outcome) -> str:
+        return f"{self.base}/{FOLDERS[outcome]}/"
+
+    def outcome(self, outcome: Outcome, task: Task, query_id: str) -> str:
+        return f"{self.folder(outcome)}{task}/{safe_name(query_id)}.json"
+
+    def result(self, task: Task, query_id: str) -> str:
+        return self.outcome(Outcome.DONE, task, query_id)
+
+    def invalid(self, source: str, line: int) -> str:
+        return f"{self.folder(Outcome.FAILED)}input/{safe_name(source)}-{line}.json"
+
+    def question(self, question_id: str) -> str:
+        return f"{self.base}/questions/{safe_name(question_id)}.json"
+
+    def input(self, query_id: str) -> str:
+        return f"{self.base}/inputs/{safe_name(query_id)}.json"
+
+    def spent(self, name: str) -> str:
+        return f"{self.base}/spent/{name}.json"
+
+    def batch(self, kind: str, name: str = "") -> str:
+        """A batch-mode run's records: pending/<key>, online/<key>, batches/<batch id>."""
+        return f"{self.base}/batch/{kind}/" + (f"{name}.json" if name else "")
+
+    @staticmethod
+    def run_of(key: str) -> str:
+        """The run a record's key belongs to."""
+        return key.split("/")[1]
+
+
+FOLDERS = {Outcome.DONE: "results", Outcome.FAILED: "failures", Outcome.SKIPPED: "skipped", Outcome.REUSED: "reused"}
+ENDED = (Outcome.DONE, Outcome.FAILED, Outcome.REUSED)  # a job with one of these has its outcome
 
 
 class RunFiles:
@@ -27,6 +104,7 @@ class RunFiles:
 
     def __init__(self, store: Store, run_id: str):
         self.store, self.layout = store, RunLayout(run_id)
+        self._status: str | None = None  # the manifest's, as last read or written here
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -35,7 +113,17 @@ class RunFiles:
         return get_model(self.store, self.layout.file("manifest.json"), RunManifest)
 
     def put_manifest(self, manifest: RunManifest) -> None:
+        """The one way a run's manifest, and so its status, changes: a move MOVES does not allow
+        is a bug, and raises."""
+        if self._status is None:
+            try:
+                self._status = self.manifest().status
+            except KeyError:
+                self._status = "planning"  # a new run
+        if manifest.status not in MOVES[self._status]:
+            raise ValueError(f"run {manifest.run_id}: its status cannot move from {self._status} to {manifest.status}")
         put_model(self.store, self.layout.file("manifest.json"), manifest)
+        self._status = manifest.status
 
     # -- what was planned -----------------------------------------------------------------------
 
@@ -71,6 +159,26 @@ class RunFiles:
 
     def questions(self) -> Iterator[dict]:
         return self._lines("questions.jsonl")
+
+    def put_candidates(self, query_id: str, texts: list[str]) -> str:
+        """A chunk query's candidates (a claim check: its jobs carry the key); returns the key."""
+        key = self.layout.input(query_id)
+        self.store.put(key, json.dumps(texts, ensure_ascii=False).encode())
+        return key
+
+    def put_input(self, key: str, data: BaseModel, if_absent: bool = False) -> bool:
+        """A chunk query's prepared input, under ``self.layout.input`` of its query (and budget)."""
+        assert key.startswith(self.layout.file("inputs/")), key
+        return put_model(self.store, key, data, if_absent=if_absent)
+
+    # -- a batch-mode run's requests and batches ----------------------------------------------
+
+    def put_batch(self, kind: str, name: str, entry: dict, if_absent: bool = False) -> bool:
+        indent = 1 if kind == "batches" else None
+        return self.store.put(self.layout.batch(kind, name), json.dumps(entry, indent=indent).encode(), if_absent)
+
+    def delete_batch(self, kind: str, name: str) -> None:
+        self.store.delete(self.layout.batch(kind, name))
 
     # -- what it came to ------------------------------------------------------------------------
 

@@ -28,13 +28,13 @@ from workers import keys, metrics, priors
 from workers.batches import BatchDriver, BatchLimits, StoreBatchQueue, TickLock
 from workers.budget import RunBudget
 from workers.cache import TieredCache
-from workers.circuit import Circuits, LearnedContexts
+from workers.circuit import Circuits, LearnedContexts, endpoints_down
 from workers.corpus import Corpus
 from workers.inputs import FilingInput, as_chunk_input
 from workers.ledger import Ledger, MemoryProgress, Progress, RedisProgress
 from workers.limiter import FleetLimiter
 from workers.messages import ChunkJob, Job
-from workers.settings import FaultStage, Settings
+from workers.settings import FaultStage, Settings, named
 from workers.store import Store, get_model, open_store
 from workers.vectors import StoreVectors
 
@@ -103,11 +103,7 @@ class Runtime:
         """The configured LLM endpoints that are down now, by URL, with since when."""
         if not self.settings.llm_configured:
             return []
-        found: dict[str, tuple[str, Outage]] = {}
-        for endpoint in self.settings.endpoints().values():
-            if endpoint.key not in found and (outage := self.circuits.outage(endpoint.key)) is not None:
-                found[endpoint.key] = (endpoint.base_url or "api.openai.com", outage)
-        return list(found.values())
+        return endpoints_down(self.circuits, self.settings.endpoints().values())
 
     @cached_property
     def gateway(self) -> Gateway | None:
@@ -144,7 +140,7 @@ class Runtime:
         if job.config.budget_usd is None:
             return None
         if self.redis is None:
-            raise RuntimeError("a run budget needs Redis (PRISM_BROKER_URL or PRISM_REDIS_URL)")
+            raise RuntimeError(f"a run budget needs Redis ({named('broker_url')} or {named('redis_url')})")
         return RunBudget(self.redis, job.run_id, job.config.budget_usd)
 
     def batch_queue(self, job: Job) -> StoreBatchQueue | None:
@@ -244,7 +240,7 @@ class Runtime:
 
     def checkpoint(self, stage: FaultStage) -> None:
         if self.settings.fault_at == stage:
-            raise InjectedFault(f"fault injected at {stage} (PRISM_FAULT_AT)")
+            raise InjectedFault(f"fault injected at {stage} ({named('fault_at')})")
 
     def _count(self, job: Job, state: str, calls: list[CallRecord]) -> None:
         metrics.record(self.redis, job.task, state, calls, self.limiter)

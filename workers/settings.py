@@ -23,7 +23,7 @@ from pydantic_settings import (
 from prism.endpoints import FLEX_TIMEOUT_S, Endpoint, ModelLimits, OutputCapParam, RequestOptions, RetryPolicy
 from prism.ingest.models import CHUNK_TOKENS, CHUNK_TOKENS_RANGE, Chunking
 from prism.models import DEFAULT_EMBEDDER, DEFAULT_MODEL, STAGES, RunConfig, Stage
-from prism.options import PLANNING, RunOptions, option
+from prism.options import PLANNING, RunOptions, flag_of, option
 from prism.registry import ChunkRankerSetting, DocRankerSetting, ReasoningEffort, ServiceTier
 
 FaultStage = Literal["ranker", "input", "aggregate", "store"]
@@ -339,6 +339,19 @@ def _mask_urls(value):
     if isinstance(value, str):
         return re.sub(r"(//[^:/@]*:)[^@/]+@", r"\1****@", value)
     return value
+
+
+def named(option: str, value: object = None) -> str:
+    """How a message names an option: its variable, ``PRISM_X``, or ``PRISM_X=value``. An option
+    Settings does not declare raises, so a renamed option cannot leave a message naming the old one."""
+    if option not in Settings.model_fields:
+        raise KeyError(f"no option {option!r}")
+    return f"PRISM_{option.upper()}" + ("" if value is None else f"={value}")
+
+
+def flag(option: str) -> str:
+    """How a message names an option's command-line flag (``--via``)."""
+    return flag_of(option, Settings.model_fields[option])
 
 
 class SettingsProblem(ValueError):

@@ -1,8 +1,10 @@
 """Where inputs are read and results written: a local folder or an S3 bucket, laid out alike.
 
 runs/<run_id>/...                                a run's folder: laid out where it is written, workers/runfiles.py
-index/jobs/<job_id>                              the key of a stored result, for later runs
-index/corpora/<corpus>.json                      the last run over a corpus, for --new
+index/jobs/<job_id>                              the key of a stored result, for later runs (index_key)
+index/corpora/<corpus>.json                      the last run over a corpus, for --new (last_over_key)
+index/prompt_checks/<digest>.json                a model's last system-prompt check (prompt_check_key)
+index/vectors/<embedder>/<digest>.npy            a filing version's page vectors (vectors_key)
 cache/llm/<key>.json                             the durable LLM response cache
 
 A corpus (filings, their chunk inputs, the catalogue) is laid out in docs/corpus.md.
@@ -34,6 +36,26 @@ def safe_name(text: str) -> str:
     """A store key part for any id: a readable, shortened slug plus a hash of the whole id."""
     slug = _UNSAFE.sub("_", text)[:48].strip("._-") or "id"
     return f"{slug}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def index_key(job_id: str) -> str:
+    """Where any run's result for this job id is recorded (for reuse by later runs)."""
+    return f"index/jobs/{job_id}"
+
+
+def prompt_check_key(digest: str) -> str:
+    """The last system-prompt check of one (endpoint, model, system prompt): a PromptCheck."""
+    return f"index/prompt_checks/{digest}.json"
+
+
+def vectors_key(embedder: str, digest: str) -> str:
+    """A filing version's page vectors by one embedder, shared by every run (content-addressed)."""
+    return f"index/vectors/{safe_name(embedder)}/{digest}.npy"
+
+
+def last_over_key(corpus: str) -> str:
+    """The last finished question-set run over this corpus (a LastRun): what `--new` starts from."""
+    return f"index/corpora/{safe_name(corpus)}.json"
 
 
 class Store(Protocol):

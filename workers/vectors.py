@@ -10,21 +10,20 @@ from collections.abc import Callable
 import numpy as np
 import structlog
 
-from workers.ledger import RunLayout
-from workers.store import Store
+from workers.store import Store, vectors_key
 
 log = structlog.get_logger()
 
 
 class StoreVectors:
-    """Vectors as .npy files (no pickles) under ``RunLayout.vectors``. A store that cannot be read
+    """Vectors as .npy files (no pickles) under ``vectors_key``. A store that cannot be read
     or written costs an embedding, never the job: it is logged and the vectors are made again."""
 
     def __init__(self, store: Callable[[], Store]):
         self.store = store  # opened on first use
 
     def get(self, embedder: str, digest: str) -> np.ndarray | None:
-        key = RunLayout.vectors(embedder, digest)
+        key = vectors_key(embedder, digest)
         try:
             data = self.store().get(key)
         except KeyError:
@@ -39,7 +38,7 @@ class StoreVectors:
             return None
 
     def put(self, embedder: str, digest: str, vectors: np.ndarray) -> None:
-        key = RunLayout.vectors(embedder, digest)
+        key = vectors_key(embedder, digest)
         buffer = io.BytesIO()
         np.save(buffer, np.asarray(vectors, dtype=np.float32), allow_pickle=False)
         try:

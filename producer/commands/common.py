@@ -13,7 +13,7 @@ from workers import logs
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from producer.runs import RunEnd, Runs
+    from producer.reader import RunEnd, RunReader
 
 console = Console(stderr=True, soft_wrap=True)
 SAID_LINES = 5  # bad lines and questions with no filing a command names; the rest are counted
@@ -38,11 +38,12 @@ def count(n: int, what: str) -> str:
     return f"{n} {what}" + ("" if n == 1 else "s")
 
 
-def open_runs(settings: Settings) -> Runs:
-    from producer.runs import Runs
+def open_reader(settings: Settings) -> RunReader:
+    """Runs as stored, for the commands that read them: no broker, no fleet."""
+    from producer.reader import RunReader
 
     logs.configure(settings.log_level if not settings.embedded else "WARNING")
-    return Runs(settings, console)
+    return RunReader(settings)
 
 
 def finish(end: RunEnd, wait: bool) -> None:

@@ -14,7 +14,7 @@ from producer.commands.common import console
 from producer.flags import settings_with
 from producer.spec import RunError
 from producer.summary import metrics_table
-from workers.settings import Settings
+from workers.settings import Settings, named
 from workers.store import open_input, open_store
 
 if TYPE_CHECKING:
@@ -121,7 +121,9 @@ def exporter(port: Annotated[int, typer.Option(help="Port for /metrics.")] = 980
 
     settings = settings_with({})
     if not settings.shared_redis:
-        raise RunError("the exporter reads the fleet's counters from Redis: set PRISM_BROKER_URL or PRISM_REDIS_URL")
+        raise RunError(
+            f"the exporter reads the fleet's counters from Redis: set {named('broker_url')} or {named('redis_url')}"
+        )
     REGISTRY.register(FleetCollector(redis.Redis.from_url(settings.shared_redis)))
     start_http_server(port)
     console.print(f"serving fleet metrics on :{port}/metrics")

@@ -10,14 +10,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from producer.commands.common import console, open_runs
+from producer.commands.common import console, open_reader
 from producer.flags import flags, settings_with
 from producer.spec import RunError
 from producer.summary import metrics_table, print_summary
 
 if TYPE_CHECKING:
     from prism.models import RunManifest
-    from producer.runs import Runs
+    from producer.reader import RunReader
     from workers.store import Store
 
 RunIds = Annotated[list[str], typer.Argument(help="One run, or several to compare.")]
@@ -31,7 +31,7 @@ def status(run_id: str, **options: Any) -> None:
     from workers.circuit import outage_text
     from workers.limiter import slots_text
 
-    runs = open_runs(settings_with(options))
+    runs = open_reader(settings_with(options))
     store, manifest = runs.refresh(run_id, None)
     state = RunState(store, run_id).poll()
     planned = runs.expected(store, manifest)
@@ -55,10 +55,11 @@ def status(run_id: str, **options: Any) -> None:
         eta_text,
     )
     Console().print(table)
-    if running and (outages := runs.runtime.outages()):
+    outages, slots = runs.fleet_now() if running else ([], {})
+    if outages:
         Console().print(f"{outage_text(outages)}, {pending} jobs waiting", highlight=False)
-    if running and (slots := slots_text(runs.runtime.limiter.slots.in_use())):
-        Console().print(slots, highlight=False)
+    if slots_text(slots):
+        Console().print(slots_text(slots), highlight=False)
     if manifest.config.via == "batch":
         Console().print(batch_summary(store, run_id), highlight=False)
 
@@ -71,7 +72,7 @@ def report(run_ids: RunIds, **options: Any) -> None:
     from producer import analysis
     from producer.state import RunState
 
-    runs = open_runs(settings_with(options))
+    runs = open_reader(settings_with(options))
     compared, store = {}, None
     for run_id in run_ids:
         store, manifest = runs.refresh(run_id, None)
@@ -89,12 +90,11 @@ def report(run_ids: RunIds, **options: Any) -> None:
 def evaluate(run_ids: RunIds, **options: Any) -> None:
     """NDCG@5, MRR@5 and MAP@5 per task and over all queries (evidence precision/recall and
     answer EM/F1 where present); for several runs, statistics per configuration and Welch's
-    t-test. The last line is JSON."""
+    t-test. The last line is JSON. Reads the run, writes nothing (`prism report` rewrites its files)."""
     from producer import analysis
     from producer.state import RunState
-    from workers.runfiles import RunFiles
 
-    runs, compared = open_runs(settings_with(options)), {}
+    runs, compared = open_reader(settings_with(options)), {}
     for run_id in run_ids:
         store, manifest = runs.open_run(run_id, None)
         if manifest.corpus:  # a question set: its evidence against the qrels over (filing, page)
@@ -103,7 +103,6 @@ def evaluate(run_ids: RunIds, **options: Any) -> None:
         summary = analysis.summarize(RunState(store, run_id).poll())
         if not summary["metrics"]:
             raise RunError(f"run {run_id} has no qrels to evaluate against")
-        RunFiles(store, run_id).put_json("metrics.json", summary["metrics"])
         compared[run_id] = (manifest, summary)
         Console().print(metrics_table({k: v for k, v in summary["metrics"].items() if "ndcg@5" in v}))
     if len(compared) <= 1:
@@ -115,23 +114,19 @@ def evaluate(run_ids: RunIds, **options: Any) -> None:
     typer.echo(json.dumps(comparison))
 
 
-def _evidence_metrics(runs: Runs, store: Store, manifest: RunManifest) -> dict:
-    """A question-set run's evidence metrics (filing_top1, evidence recall@5 and NDCG@5), kept
-    in its evidence_metrics.json."""
+def _evidence_metrics(runs: RunReader, store: Store, manifest: RunManifest) -> dict:
+    """A question-set run's evidence metrics (filing_top1, evidence recall@5 and NDCG@5), as
+    they stand now (`prism report` writes them into the run's evidence_metrics.json)."""
     from producer import evidence
     from producer.state import RunState
     from workers.corpus import Corpus
-    from workers.runfiles import RunFiles
 
     assert manifest.corpus is not None
-    _, metrics = evidence.evidence_rows(
-        RunState(store, manifest.run_id).poll(), Corpus(runs.runtime.store(manifest.corpus))
-    )
+    _, metrics = evidence.evidence_rows(RunState(store, manifest.run_id).poll(), Corpus(runs.store(manifest.corpus)))
     if not metrics["judged"]:
         raise RunError(
             f"run {manifest.run_id}: none of its {metrics['questions']} questions has qrels over a filing of its corpus"
         )
-    RunFiles(store, manifest.run_id).put_json("evidence_metrics.json", metrics)
     table = Table(title=f"run {manifest.run_id}: evidence (k = 5)")
     for column in ("questions", "judged", "filing top-1", "evidence recall@5", "evidence NDCG@5"):
         table.add_column(column, justify="right")

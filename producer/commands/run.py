@@ -3,7 +3,7 @@ to) watched to its end."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,12 +16,15 @@ from producer.commands.common import (
     WaitOpt,
     console,
     finish,
-    open_runs,
 )
 from producer.flags import flags, settings_with
 from producer.spec import RunError, RunSpec
 from producer.summary import print_start
+from workers import logs
 from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from producer.runs import Runs
 
 FreshOpt = Annotated[
     bool, typer.Option("--fresh", help="Rank every query, even those an earlier run ranked with the same job id.")
@@ -112,7 +115,7 @@ def run_spec(
     """What the run is asked to do, checked: its input, its config with the models it pins, and
     for `--new` the run it starts from."""
     from producer.config import resolved_config
-    from producer.runs import check_run_id, new_run_id
+    from producer.reader import check_run_id, new_run_id
 
     if (questions is None) != (corpus is None):
         raise RunError("--questions and --corpus go together: a question set runs over a corpus")
@@ -151,3 +154,11 @@ def _since(spec: RunSpec, settings: Settings) -> RunSpec:
     else:
         console.print(f"--new: starting from run {since}, the last complete run over {spec.corpus}")
     return replace(spec, since=since)
+
+
+def open_runs(settings: Settings) -> Runs:
+    """The run lifecycle on a fleet (embedded: in this process)."""
+    from producer.runs import Runs
+
+    logs.configure(settings.log_level if not settings.embedded else "WARNING")
+    return Runs(settings, console)

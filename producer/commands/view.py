@@ -32,7 +32,7 @@ def view(
     and failures, and what changed against another run. Read from the run's store (a folder or
     s3://); served read-only on 127.0.0.1, or with --out written as files that open from disk or
     any static host."""
-    from producer.runs import check_run_id
+    from producer.reader import check_run_id
     from producer.view.site import export, site
     from workers.corpus import Corpus
     from workers.runfiles import RunFiles

@@ -19,8 +19,8 @@ from prism.testing.simulator import Simulator, SimulatorConfig
 from workers.batches import BatchDriver, BatchLimits, StoreBatchQueue
 from workers.budget import RunBudget
 from workers.cache import TieredCache
-from workers.ledger import RunLayout
 from workers.messages import DocumentJob
+from workers.runfiles import RunLayout
 from workers.store import LocalStore
 
 pytestmark = pytest.mark.integration

@@ -55,7 +55,7 @@ def _env(broker: str, s3: str, sim: Simulator, **extra: str) -> dict[str, str]:
         s3,
         sim.url,
         PRISM_BATCH_POLL_S="0.3",
-        PRISM_BATCH_GATHER_S="0.6",
+        PRISM_BATCH_GATHER_S="2.0",  # a small run's requests all reach its first batch, however busy the machine
         PRISM_STALL_S="60",
         PRISM_CHECK_SYSTEM_PROMPT="false",
         **extra,

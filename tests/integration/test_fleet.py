@@ -4,6 +4,8 @@ the S3 server, the LLM simulator over HTTP; and the embedded default with nothin
 import csv
 import gzip
 import json
+import subprocess
+import sys
 from decimal import Decimal
 
 import pytest
@@ -101,6 +103,16 @@ def test_fleet_run_puts_one_result_per_valid_query_in_s3(
     assert status.returncode == 0 and "106" in status.stdout
 
 
+# A command run in this process, saying at its exit whether Celery was ever imported.
+_WITHOUT_CELERY = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('celery loaded:', 'celery' in sys.modules))\n"
+    "from producer.cli import main\n"
+    "sys.argv = ['prism', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
 def test_embedded_default_runs_the_main_job_on_the_bundled_edgar_filings(tmp_path):
     """Nothing configured, no input: the bundled real EDGAR filings are ingested, their question
     set runs over them at $0, and the evidence table's path is said."""
@@ -122,6 +134,19 @@ def test_embedded_default_runs_the_main_job_on_the_bundled_edgar_filings(tmp_pat
     assert evidence["judged"] == questions and evidence["filing_top1"] == 1.0
     cost = json.loads((base / "cost.json").read_text())
     assert cost["total"]["calls"] == 0 and (base / "report.md").read_text().startswith("# Run sample")
+    # The commands that read a run need no fleet: with no broker they load no Celery.
+    site = tmp_path / "site"
+    for args in (
+        ["report", "sample"],
+        ["status", "sample"],
+        ["eval", "sample"],
+        ["view", "sample", "--out", str(site)],
+    ):
+        read = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_CELERY, *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert read.returncode == 0 and "celery loaded: False" in read.stdout, (args, read.stdout, read.stderr[-2000:])
+    assert (site / "index.html").exists()
     # A second make run finds the filings ingested: not read again.
     again = prism_cli(["run", "--run-id", "sample-2"], env, tmp_path)
     assert again.returncode == 0 and "7 real EDGAR filings" in again.stderr

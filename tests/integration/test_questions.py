@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tests.filings import pdf
-from workers.ledger import RunLayout
+from workers.runfiles import RunLayout
 
 PAGES = {
     "acme_2022_10k": [

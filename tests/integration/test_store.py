@@ -2,9 +2,9 @@ import gzip
 
 import pytest
 
-from workers.ledger import RunLayout
+from workers.runfiles import RunLayout
 from workers.settings import Settings
-from workers.store import LocalStore, open_input, open_store
+from workers.store import LocalStore, open_input, open_store, vectors_key
 
 pytestmark = pytest.mark.integration
 
@@ -78,5 +78,5 @@ def test_page_vectors_round_trip_and_a_damaged_file_is_made_again(store):
     vectors.put("minilm", "abc", saved)
     assert np.array_equal(vectors.get("minilm", "abc"), saved)
     assert vectors.get("wordllama", "abc") is None  # each embedder its own vectors
-    store.put(RunLayout.vectors("minilm", "bad"), b"not an array")
+    store.put(vectors_key("minilm", "bad"), b"not an array")
     assert vectors.get("minilm", "bad") is None

@@ -119,3 +119,59 @@ def test_the_docs_list_a_requests_steps_in_their_order():
     section = (ROOT / "docs" / "fleet.md").read_text().split("## A request's path", 1)[1].split("\n## ", 1)[0]
     listed = [line.split("`")[1] for line in section.splitlines() if line[:1].isdigit()]
     assert listed == [step.__name__ for step in STEPS]
+
+
+def test_classes_stay_under_250_lines():
+    """Outside the test doubles (prism/testing) and the options' declarations (Settings)."""
+    long = []
+    for package in LAYERS:
+        for path in (ROOT / package).rglob("*.py"):
+            if path.is_relative_to(ROOT / "prism" / "testing"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef) and (path.name, node.name) != ("settings.py", "Settings"):
+                    lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                    if lines > 250:
+                        long.append(f"{path.relative_to(ROOT)}:{node.name} {lines} lines")
+    assert not long, long
+
+
+def test_the_commands_that_read_a_run_need_no_fleet():
+    """`prism report`, `status`, `eval` and `view` import no Celery and no Runtime, a function-local
+    import included: they read a folder or s3:// with no broker."""
+    graph = grimp.build_graph(*LAYERS, include_external_packages=True, cache_dir=None)
+    for command in ("producer.commands.report", "producer.commands.view"):
+        reached = graph.find_upstream_modules(command)
+        found = sorted(m for m in reached if m in ("celery", "kombu", "workers.app", "workers.runtime"))
+        assert not found, [graph.find_shortest_chain(importer=command, imported=m) for m in found]
+
+
+# Variables that are not options: the settings file's name, the test suite's and benchmarks' own.
+NOT_OPTIONS = {"PRISM_CONFIG", "PRISM_X", "PRISM_TEST_REDIS_DB", "PRISM_BENCH_S3", "PRISM_SHARED_DATA"}
+
+
+def test_every_variable_a_message_or_page_names_is_an_option():
+    """Messages name options through workers.settings.named and flag; whatever still spells a
+    PRISM_* variable out (prism/, which cannot import the settings, the docs, the manifests)
+    names one Settings declares, so a rename leaves no stale name behind."""
+    import re
+
+    from workers.settings import Settings
+
+    declared = {f"PRISM_{name.upper()}" for name in Settings.model_fields} | NOT_OPTIONS
+    stale = []
+    for pattern in (
+        "prism/**/*.py",
+        "producer/**/*.py",
+        "tasks/**/*.py",
+        "workers/**/*.py",
+        "docs/*.md",
+        "README.md",
+        "infra/**/*.yml",
+        "infra/**/*.yaml",
+        "bench/*.py",
+    ):
+        for path in ROOT.glob(pattern):
+            for name in set(re.findall(r"PRISM_[A-Z0-9_]*[A-Z0-9]", path.read_text())) - declared:
+                stale.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not stale, stale

@@ -12,7 +12,7 @@ import pytest
 
 from prism import registry
 from producer.flags import configuration_page
-from workers.ledger import Outcome, RunLayout
+from workers.runfiles import Outcome, RunLayout
 from workers.settings import Settings
 from workers.store import safe_name
 
