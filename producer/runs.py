@@ -276,8 +276,10 @@ class Runs:
         ledger = self.ledger(state.store.uri)
         error = f"no outcome after {requeues} requeue(s): the job was lost or its chord never completed"
         for p in _run_rows(state.files, self.runtime.progress):
-            if p["state"] == Outcome.PENDING or has_outcome(listed, layout.run_id, p["task"], p["query_id"]):
-                continue  # not enqueued (the budget), or it has its outcome
+            if p["state"] in (Outcome.PENDING, "reused") or has_outcome(
+                listed, layout.run_id, p["task"], p["query_id"]
+            ):
+                continue  # not enqueued (the budget), or it has its outcome (a reused pair's is its plan)
             ledger.lost(layout.run_id, p["task"], p["query_id"], p["line"], error)
 
     # -- finalize ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from decimal import Decimal
 
@@ -46,17 +47,36 @@ class RunState:
         return self
 
     def _references(self) -> None:
-        """Results this run reuses by reference (a question set's unchanged pairs): read from the
-        run that stored them, as this run's, with no calls (nothing was spent on them here)."""
+        """Results this run reuses from earlier runs (a question set's unchanged pairs), read from
+        the run that stored them, as this run's, with no calls (nothing was spent on them here).
+        A reused pair's outcome is its question's plan (state "reused", naming the result); runs
+        before plans carried it kept a Reference record per pair."""
+        reused = [
+            (pair["query_id"], pair["reused"])
+            for plan in self._plans()
+            for pair in plan.get("pairs", [])
+            if pair.get("state") == "reused" and pair.get("reused")
+        ]
         for key in self.store.keys(self.layout.folder(Outcome.REUSED)):
-            if key in self.referenced:
+            if key not in self.referenced:
+                found = get_model(self.store, key, Reference)
+                reused.append((found.query_id, found.result))
+                self.referenced.add(key)
+        for query_id, result in reused:
+            mine = self.layout.result("chunks", query_id)
+            if mine in self.results:
                 continue
-            found = get_model(self.store, key, Reference)
-            earlier = get_model(self.store, found.result, JobResult)
+            earlier = get_model(self.store, result, JobResult)
             # Under this run's query id: the same question may have had another id there.
-            update = {"run_id": found.run_id, "query_id": found.query_id, "reused_from": found.since, "calls": []}
-            self.results[self.layout.result(found.task, found.query_id)] = earlier.model_copy(update=update)
-            self.referenced.add(key)
+            update = {"run_id": self.layout.run_id, "query_id": query_id, "reused_from": RunLayout.run_of(result)}
+            self.results[mine] = earlier.model_copy(update=update | {"calls": []})
+
+    def _plans(self) -> Iterable[dict]:
+        """The questions' plans as the store holds them: gathered into questions.jsonl once the
+        run is finalized, or one a question where nothing beside the store keeps them."""
+        yield from self.files.questions()
+        for key in self.store.keys(self.layout.file("questions/")):
+            yield json.loads(self.store.get(key))
 
     def _without_result(self, kind: str) -> list[Failure]:
         done = {(r.task, r.query_id) for r in self.results.values()}

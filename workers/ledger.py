@@ -15,7 +15,7 @@ import redis
 import structlog
 from pydantic import BaseModel
 
-from prism.models import CallRecord, Cited, Failure, JobResult, Ranking, Reference, Spent, Task
+from prism.models import CallRecord, Cited, Failure, JobResult, Ranking, Spent, Task
 from workers import keys
 from workers.messages import Job
 from workers.runfiles import ENDED, FOLDERS, Outcome, RunLayout
@@ -226,21 +226,12 @@ class Ledger:
         self.progress.plan(planned, plans, job.query_id, outcomes, record.model_dump_json())
 
     def reference(self, job: Job, earlier_key: str) -> bool:
-        """An earlier run's result as this job's outcome, by reference: a small record naming it,
-        not a copy. False when there is no such result."""
+        """An earlier run's result as this pair's outcome, by reference: its question's plan
+        (which the ledger keeps, see ``planned``) names the result, so a night that reuses a
+        thousand questions writes no file for each. False when there is no such result."""
         if not self.store.exists(earlier_key):
             return False
-        found = Reference(
-            run_id=job.run_id,
-            task=job.task,
-            query_id=job.query_id,
-            result=earlier_key,
-            since=RunLayout.run_of(earlier_key),
-        )
-        if put_model(self.store, RunLayout(job.run_id).outcome(Outcome.REUSED, job.task, job.query_id), found, True):
-            self._finished(job, Outcome.DONE, [])
-        else:
-            self._count(job.run_id, job.task, job.query_id)
+        self._finished(job, Outcome.DONE, [])
         return True
 
     def reusable(self, job: Job) -> str | None:

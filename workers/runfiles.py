@@ -17,7 +17,8 @@ writes the jobs' outcomes and the calls no outcome holds, through the same layou
     runs/<run_id>/results/<task>/<name>.json       a result                    (Outcome.DONE)
     runs/<run_id>/failures/<task>/<name>.json      a failure and its reason    (Outcome.FAILED)
     runs/<run_id>/skipped/<task>/<name>.json       stopped by the run's budget (Outcome.SKIPPED)
-    runs/<run_id>/reused/<task>/<name>.json        an earlier run's result, by reference (Outcome.REUSED)
+    runs/<run_id>/reused/<task>/<name>.json        an earlier run's result, by reference (Outcome.REUSED), in
+                                                   runs made before a question's plan named its reused pairs
     runs/<run_id>/failures/input/<name>.json       a bad input row or file     (Outcome.INVALID)
     runs/<run_id>/spent/<id>.json                  calls no outcome holds (a second delivery, a batch's lines)
 
