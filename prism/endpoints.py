@@ -70,12 +70,22 @@ CONTEXT_MARGIN = 0.1  # of the context: tokenizers differ from ours; chat templa
 
 @dataclass(frozen=True)
 class ServerFacts:
-    """What a self-hosted server says of itself: its slots (llama.cpp's /props total_slots) and
-    its context (/props n_ctx, vLLM's max_model_len in /v1/models), and where each came from."""
+    """What a self-hosted server says of itself (prism.serverinfo reads it): its slots, the
+    requests it computes at once (llama.cpp's /props total_slots); its context; the most requests
+    it takes before refusing with 429 (TGI's /info max_concurrent_requests); where it reports
+    requests waiting (vLLM's /metrics); ``source``, where they came from in a word, and
+    ``sources``, each fact's (fact, where)."""
 
     slots: int | None = None
     context: int | None = None
     source: str = "nothing reported"
+    enforced_slots: int | None = None
+    queue_metric_url: str | None = None
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def source_of(self, fact: str) -> str | None:
+        """Where ``fact`` ("slots", "context", "enforced_slots", "queue_metric_url") came from."""
+        return dict(self.sources).get(fact)
 
 
 def segment_budget(context: int, output_tokens: int, overhead: int) -> int:

@@ -20,7 +20,6 @@ from prism.llm.gateway import (
     prefix_id,
     prompt_cache_key,
     quoted_reply,
-    server_facts,
 )
 from prism.llm.ports import (
     OUTAGE_WAIT_S,
@@ -69,6 +68,5 @@ __all__ = [
     "prompt_cache_key",
     "quoted_reply",
     "recording",
-    "server_facts",
     "spending",
 ]

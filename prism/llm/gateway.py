@@ -18,7 +18,6 @@ the model has it. The flex tier sends ``service_tier="flex"``, is priced at half
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from prism.llm.replies import describe, is_retryable
 from prism.llm.steps import Reply, Request, backoff, chain
 from prism.models import CallRecord, Stage
 from prism.pricing import PriceTable
+from prism.serverinfo import server_facts
 
 if TYPE_CHECKING:  # the SDK is imported where a request is made: commands that make none start sooner
     import openai
@@ -82,7 +82,7 @@ class Gateway:
         self.endpoints = endpoints
         self.concurrency = concurrency or {}  # model ("*": any) -> requests in flight at once; 0: no cap
         self.contexts = {} if contexts is None else contexts  # "<endpoint>:<model>" -> context learned
-        self._servers: dict[Endpoint, ServerFacts] = {}
+        self._servers: dict[tuple[Endpoint, str], ServerFacts] = {}
         self.prices = prices
         self.policy = policy
         self.limiter = limiter or NoLimiter()
@@ -189,13 +189,13 @@ class Gateway:
         )
         return reply.body["vectors"]
 
-    def server(self, endpoint: Endpoint) -> ServerFacts:
-        """What a self-hosted server says of itself, asked once (a hosted API: nothing)."""
+    def server(self, endpoint: Endpoint, model: str) -> ServerFacts:
+        """What a self-hosted server says of itself and the model, asked once (a hosted API: nothing)."""
         if endpoint.hosted:
             return ServerFacts(source="a hosted API")
-        if endpoint not in self._servers:
-            self._servers[endpoint] = server_facts(endpoint.base_url or "")
-        return self._servers[endpoint]
+        if (endpoint, model) not in self._servers:
+            self._servers[endpoint, model] = server_facts(endpoint.base_url or "", model)
+        return self._servers[endpoint, model]
 
     def slots(self, endpoint: Endpoint, model: str) -> tuple[int, str]:
         """The requests (endpoint, model) takes at once (0: no cap), and where that came from."""
@@ -204,17 +204,19 @@ class Gateway:
             return given, "PRISM_LLM_CONCURRENCY"
         if endpoint.hosted:
             return 0, "a hosted API: its per-minute limits, no cap"
-        facts = self.server(endpoint)
-        if facts.slots:
-            return facts.slots, f"the server's {facts.source}"
+        facts = self.server(endpoint, model)
+        if facts.slots:  # computed at once (llama.cpp)
+            return facts.slots, f"the server's {facts.source_of('slots')}"
+        if facts.enforced_slots:  # taken before it refuses (TGI)
+            return facts.enforced_slots, f"the server's {facts.source_of('enforced_slots')}"
         return SELF_HOSTED_SLOTS, "the default for a server that reports no slots"
 
     def context(self, endpoint: Endpoint, model: str) -> tuple[int | None, str]:
         """The (endpoint, model)'s context in tokens, and where it came from; None: unknown."""
         if (learned := self.contexts.get(f"{endpoint.key}:{model}")) is not None:
             return int(learned), "learned from its overflow reply"
-        facts = self.server(endpoint)
-        return facts.context, f"the server's {facts.source}"
+        facts = self.server(endpoint, model)
+        return facts.context, f"the server's {facts.source_of('context') or facts.source}"
 
     # -- the Batch API: the same requests, sent as files ---------------------------------------
 
@@ -285,27 +287,3 @@ def quoted_reply(gateway: Gateway, reply: str) -> dict:
     """The unreadable reply as the assistant turn of a retry, cut to QUOTED_REPLY_TOKENS."""
     quoted = gateway.counter.truncate(reply, QUOTED_REPLY_TOKENS)
     return {"role": "assistant", "content": quoted + (" [...]" if quoted != reply else "")}
-
-
-def server_facts(base_url: str, timeout_s: float = 5.0) -> ServerFacts:
-    """Ask a self-hosted server what it is: llama.cpp's ``/props`` (total_slots, n_ctx), else
-    vLLM's ``/v1/models`` (max_model_len). Nothing answered: nothing reported."""
-    import urllib.request
-
-    root = re.sub(r"/v1/?$", "", base_url.rstrip("/"))
-    for url in (f"{root}/props", f"{base_url.rstrip('/')}/models"):
-        try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as reply:  # noqa: S310 - the configured server
-                data = json.loads(reply.read())
-        except (OSError, ValueError):
-            continue
-        if url.endswith("/props") and isinstance(data, dict):
-            settings = data.get("default_generation_settings") or {}
-            context = data.get("n_ctx") or settings.get("n_ctx")
-            if data.get("total_slots") or context:
-                return ServerFacts(data.get("total_slots"), context, "/props")
-        models = data.get("data") if isinstance(data, dict) else None
-        lengths = [int(m["max_model_len"]) for m in models or [] if isinstance(m, dict) and m.get("max_model_len")]
-        if lengths:
-            return ServerFacts(None, min(lengths), "/v1/models max_model_len")
-    return ServerFacts()

@@ -8,6 +8,12 @@ faults for the next requests (``script("429", "malformed")``) or a rate per faul
 also be down for a while (``outage(seconds, kind)``): every request answered 503 "overloaded",
 or its connection closed with no answer (``refuse``: the client sees a connection error).
 
+It can be a self-hosted server's compute: ``slots`` requests at once and the rest queued
+(llama.cpp), or ``batch_slots`` computed together, each slower as more run, whose capacity can
+change mid-run (vLLM, TGI; prism.testing.batching); either way an answer whose client has left
+is computed to its end. As ``server_kind`` it says what it is as that server does
+(prism.testing.server_kinds): slots, context, queue, and TGI's 429 beyond its limit.
+
 It can also behave like the servers one meets in practice: read only ``max_tokens``
 (``reads_cap``, as llama.cpp does), run away and generate up to the cap or the context
 (``runaway``, or a scripted "runaway" fault, as a base model that ignores the output contract),
@@ -48,7 +54,10 @@ from prism.lexical import LexicalRanker
 from prism.models import Query
 from prism.rankers import document_lexical_ranker
 from prism.segmenting import TokenCounter
+from prism.testing import server_kinds
 from prism.testing.batches import BatchApi
+from prism.testing.batching import SLOWDOWN as BATCH_SLOWDOWN
+from prism.testing.batching import BatchingCompute
 from prism.testing.prompt_cache import CacheModel, PromptCache
 
 FAULTS = (
@@ -107,6 +116,21 @@ class SimulatorConfig:
     # (llama.cpp's C++ server does; llama-cpp-python does not).
     slots: int | None = None
     props: bool = False
+    # A batching server (vLLM, TGI): at most ``batch_slots`` chat requests computed at once, each
+    # taking longer as more run together (its time alone, the latency model above, times
+    # 1 + batch_slowdown * (k - 1) while k run), the rest queued in arrival order, and an
+    # answer whose client has left computed to its end, holding its place. It says nothing of
+    # its slots unless ``props``. ``capacity_at``: (seconds, slots) pairs, from that many seconds
+    # after the start (or, for a configuration set on a running simulator, after its first
+    # request) computing at most that many (another tenant arrived). See prism.testing.batching.
+    batch_slots: int | None = None
+    batch_slowdown: float = BATCH_SLOWDOWN
+    capacity_at: tuple[tuple[float, int], ...] = ()
+    # Answer as this kind of server says what it is (prism.testing.server_kinds): llama.cpp's
+    # /props, vLLM's max_model_len and /metrics, TGI's /info (and its 429 beyond
+    # max_concurrent_requests), Ollama's /api/show, LiteLLM's /model/info. None: nothing beyond
+    # what ``props`` says.
+    server_kind: str | None = None
 
 
 @dataclass
@@ -143,6 +167,8 @@ class Simulator:
         self._thread: threading.Thread | None = None
         self.batch = BatchApi(self.answer)  # /v1/files and /v1/batches
         self._gate: tuple[int, threading.Semaphore] | None = None  # the slots, made for config.slots
+        self._batching: tuple[tuple, BatchingCompute] | None = None  # made for config.batch_slots
+        self._chat_in_flight = 0  # chat requests the server holds: queued, computing, abandoned or not
 
     def clear_caches(self) -> None:
         """Cold caches, as on a night after the provider's retention has passed."""
@@ -209,13 +235,72 @@ class Simulator:
             self.stats["answered" if read else "abandoned"] += 1
 
     def props(self) -> dict | None:
-        """llama.cpp's /props, where this server says it (config.props)."""
-        if not self.config.props:
+        """llama.cpp's /props, where this server says it (config.props, or as llama.cpp)."""
+        if not (self.config.props or self.config.server_kind == "llamacpp"):
             return None
-        return {
-            "total_slots": self.config.slots or 1,
-            "default_generation_settings": {"n_ctx": self.config.context_tokens},
-        }
+        return server_kinds.llamacpp_props(
+            self.config.slots or self.config.batch_slots or 1, self.config.context_tokens
+        )
+
+    def batching(self) -> BatchingCompute | None:
+        """The batch that computes chat answers, where config.batch_slots asks for one."""
+        cfg = self.config
+        if not cfg.batch_slots:
+            return None
+        key = (cfg.batch_slots, cfg.batch_slowdown, tuple(cfg.capacity_at))
+        with self._lock:
+            if self._batching is None or self._batching[0] != key:
+                self._batching = (key, BatchingCompute(cfg.batch_slots, cfg.batch_slowdown, cfg.capacity_at))
+            return self._batching[1]
+
+    def queue(self) -> tuple[int, int]:
+        """(chat requests being computed, chat requests waiting for a place) now."""
+        if (batch := self.batching()) is not None:
+            return batch.counts()
+        with self._lock:
+            held = self._chat_in_flight
+        slots = self.config.slots or held
+        return min(held, slots), max(0, held - slots)
+
+    @contextmanager
+    def chat_request(self) -> Iterator[bool]:
+        """A chat request held by the server while it is answered; yields False where the server
+        refuses it at once, as TGI does beyond max_concurrent_requests."""
+        with self._lock:
+            limit = self.max_concurrent() if self.config.server_kind == "tgi" else None
+            admitted = limit is None or self._chat_in_flight < limit
+            if admitted:
+                self._chat_in_flight += 1
+            else:
+                self.stats["overloaded"] += 1
+        try:
+            yield admitted
+        finally:
+            if admitted:
+                with self._lock:
+                    self._chat_in_flight -= 1
+
+    def max_concurrent(self) -> int:
+        """TGI's max_concurrent_requests: the slots configured, else its default."""
+        return self.config.batch_slots or self.config.slots or server_kinds.TGI_MAX_CONCURRENT
+
+    def describe(self, method: str, path: str, body: dict) -> tuple[int, dict | str] | None:
+        """The reply of a self-description endpoint of config.server_kind; None: not one."""
+        kind, context, route = self.config.server_kind, self.config.context_tokens, path.split("?")[0].rstrip("/")
+        if kind == "vllm" and method == "GET" and route.endswith("/models"):
+            return 200, server_kinds.vllm_models(context)
+        if kind == "vllm" and method == "GET" and route == "/metrics":
+            return 200, server_kinds.vllm_metrics(*self.queue())
+        if kind == "tgi" and method == "GET" and route == "/info":
+            return 200, server_kinds.tgi_info(self.max_concurrent(), context)
+        if kind == "ollama" and method == "POST" and route == "/api/show":
+            model = body.get("model") or body.get("name")
+            if not model:
+                return 400, {"error": "model is required"}
+            return 200, server_kinds.ollama_show(str(model), context)
+        if kind == "litellm" and method == "GET" and route == "/model/info":
+            return 200, server_kinds.litellm_model_info(context)
+        return None
 
     def down(self) -> str | None:
         """The outage's kind while the simulator is down, counted as refused; else None."""
@@ -232,6 +317,7 @@ class Simulator:
             return outage.kind
 
     def start(self) -> Simulator:
+        self.batching()  # capacity_at counts from here
         self._thread = threading.Thread(target=self._server.serve_forever, name="llm-simulator", daemon=True)
         self._thread.start()
         return self
@@ -609,6 +695,44 @@ def _waiting(connection: socket.socket) -> bool:
         return False
 
 
+def _computed(sim: Simulator, handler: BaseHTTPRequestHandler, answer, body: dict) -> tuple[int, dict, dict[str, str]]:
+    """The reply, once the server has computed it through its slots or its batch (to its end,
+    whether or not the client is still there)."""
+    with sim.slot():
+        status, payload, headers, delay = answer(body)
+        started = time.monotonic()
+        batch = sim.batching() if status == 200 and answer == sim.answer else None
+        if batch is not None:
+            took = batch.compute(delay)
+        elif delay:
+            time.sleep(delay)
+        if sim.config.slots or batch is not None:
+            sim.computed(took if batch is not None else time.monotonic() - started, _waiting(handler.connection))
+    return status, payload, headers
+
+
+def _reply(
+    handler: BaseHTTPRequestHandler, status: int, payload: dict | bytes | str, headers: dict[str, str] | None
+) -> None:
+    raw = isinstance(payload, bytes)  # a file's content
+    text = isinstance(payload, str)  # Prometheus metrics
+    if isinstance(payload, bytes):
+        data = payload
+    else:
+        data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+    kind = "application/octet-stream" if raw else "text/plain; version=0.0.4" if text else "application/json"
+    try:
+        handler.send_response(status)
+        handler.send_header("content-type", kind)
+        handler.send_header("content-length", str(len(data)))
+        for key, value in (headers or {}).items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout fault)
+        pass
+
+
 def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -618,6 +742,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 return
             if _batch_route(self.path):
                 self._send_batch("GET", b"")
+            elif (described := sim.describe("GET", self.path, {})) is not None:
+                self._send(*described)
             elif self.path.rstrip("/") == "/props" and (props := sim.props()) is not None:
                 self._send(200, props)
             elif self.path.rstrip("/").endswith("/models"):
@@ -633,7 +759,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             if _batch_route(self.path):
                 self._send_batch("POST", self.rfile.read(length))
                 return
-            if not route.endswith(("/chat/completions", "/embeddings")):
+            described = route == "/api/show"
+            if not (described or route.endswith(("/chat/completions", "/embeddings"))):
                 self._send(404, _error(f"no route {self.path}", None))
                 return
             try:
@@ -641,15 +768,15 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(400, _error("body is not JSON", None))
                 return
-            answer = sim.embeddings if route.endswith("/embeddings") else sim.answer
-            with sim.slot():
-                status, payload, headers, delay = answer(body)
-                started = time.monotonic()
-                if delay:
-                    time.sleep(delay)
-                if sim.config.slots:
-                    sim.computed(time.monotonic() - started, _waiting(self.connection))
-            self._send(status, payload, headers)
+            if described:
+                self._send(*(sim.describe("POST", route, body) or (404, _error(f"no route {self.path}", None))))
+                return
+            if route.endswith("/embeddings"):
+                self._send(*_computed(sim, self, sim.embeddings, body))
+                return
+            with sim.chat_request() as admitted:  # TGI refuses at once beyond its limit
+                reply = _computed(sim, self, sim.answer, body) if admitted else (429, server_kinds.TGI_OVERLOADED, {})
+            self._send(*reply)
 
         def _down(self, length: int = 0) -> bool:
             """Answer as a server that is down, when the simulator is: True if it did."""
@@ -667,19 +794,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             status, payload = sim.batch.handle(method, self.path, self.headers, body)
             self._send(status, payload)
 
-        def _send(self, status: int, payload: dict | bytes, headers: dict[str, str] | None = None) -> None:
-            raw = isinstance(payload, bytes)  # a file's content
-            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-            try:
-                self.send_response(status)
-                self.send_header("content-type", "application/octet-stream" if raw else "application/json")
-                self.send_header("content-length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout fault)
-                pass
+        def _send(self, status: int, payload: dict | bytes | str, headers: dict[str, str] | None = None) -> None:
+            _reply(self, status, payload, headers)
 
         def log_message(self, *args) -> None:  # keep test output quiet
             pass
@@ -687,9 +803,7 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def main(argv: list[str] | None = None) -> None:
-    from prism.datasets import load_queries
-
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="OpenAI-compatible ranking simulator")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
@@ -702,13 +816,61 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--context", type=int, default=None, help="the model's context, in tokens")
     parser.add_argument("--slots", type=int, default=None, help="requests computed at once; the rest queue (llama.cpp)")
     parser.add_argument("--props", action="store_true", help="say the slots and context at /props, as llama.cpp does")
+    parser.add_argument(
+        "--batch-slots",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests computed at once as one batch, each slower as more run together: its time alone "
+        "(--latency, --tokens-per-s) x (1 + SLOWDOWN x (k - 1)) while k run; the rest queue in arrival "
+        "order; an abandoned answer is computed to its end (vLLM, TGI). Slots are said only with --props",
+    )
+    parser.add_argument(
+        "--batch-slowdown",
+        type=float,
+        default=BATCH_SLOWDOWN,
+        metavar="SLOWDOWN",
+        help=f"what each request running beside it adds to a request's time (default {BATCH_SLOWDOWN}: a batch of 16 "
+        "takes 1.75 times as long as one request alone)",
+    )
+    parser.add_argument(
+        "--capacity-at",
+        action="append",
+        default=[],
+        metavar="T:N",
+        help="from T seconds after the start, at most N computed at once in the batch (another tenant arrived); "
+        "repeatable",
+    )
+    parser.add_argument(
+        "--server-kind",
+        choices=server_kinds.SERVER_KINDS,
+        default=None,
+        help="answer as this server says what it is: /props, /v1/models and /metrics, /info, /api/show, /model/info",
+    )
     parser.add_argument("--reads-cap", choices=("both", "max_tokens", "max_completion_tokens"), default="both")
     parser.add_argument("--runaway", action="store_true", help="every reply generates up to the cap or the context")
     parser.add_argument("--tokens-per-s", type=float, default=None, help="generation speed")
     parser.add_argument("--drops-system", action="store_true", help="the chat format drops the system prompt")
     parser.add_argument("--reasoning", action="store_true", help="report reasoning tokens (REASONING_SHARES)")
     parser.add_argument("--cache-machines", type=int, default=4, help="machines, each with its prompt cache; 0: none")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _capacity_at(values: list[str]) -> tuple[tuple[float, int], ...]:
+    changes = []
+    for value in values:
+        at, _, slots = value.partition(":")
+        try:
+            changes.append((float(at), int(slots)))
+        except ValueError:
+            raise SystemExit(f"--capacity-at {value!r}: expected SECONDS:SLOTS, e.g. 30:8") from None
+    return tuple(changes)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from prism.datasets import load_queries
+
+    args = _parser().parse_args(argv)
     rates = {k: float(v) for k, v in (f.split("=", 1) for f in args.fault)}
     config = SimulatorConfig(
         args.mode,
@@ -719,6 +881,10 @@ def main(argv: list[str] | None = None) -> None:
         context_tokens=args.context,
         slots=args.slots,
         props=args.props,
+        batch_slots=args.batch_slots,
+        batch_slowdown=args.batch_slowdown,
+        capacity_at=_capacity_at(args.capacity_at),
+        server_kind=args.server_kind,
         reads_cap=("max_completion_tokens", "max_tokens") if args.reads_cap == "both" else (args.reads_cap,),
         runaway=args.runaway,
         tokens_per_s=args.tokens_per_s,

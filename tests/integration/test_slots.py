@@ -105,8 +105,8 @@ def test_the_cap_and_the_context_come_from_what_the_server_says(fresh_simulator)
     fresh_simulator.config = SimulatorConfig(mode="lexical", slots=3, props=True, context_tokens=8192)
     gateway = _gateway(fresh_simulator)
     endpoint = gateway.endpoint("segments")
-    assert gateway.slots(endpoint, "local") == (3, "the server's /props")
-    assert gateway.context(endpoint, "local") == (8192, "the server's /props")
+    assert gateway.slots(endpoint, "local") == (3, "the server's /props total_slots")
+    assert gateway.context(endpoint, "local") == (8192, "the server's /props n_ctx")
     fresh_simulator.config = SimulatorConfig(mode="lexical")  # says nothing, as llama-cpp-python
     quiet = _gateway(fresh_simulator)
     assert quiet.slots(endpoint, "local") == (1, "the default for a server that reports no slots")
@@ -143,11 +143,38 @@ def test_a_run_fits_its_segments_to_the_servers_context_and_says_its_cap(tmp_pat
     run = ["run", "--questions", str(SAMPLE / "questions.jsonl"), "--corpus", "corpus", "--limit", "1"]
     done = prism_cli([*run, "--run-id", "fitted"], env, tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "(gpt-5-mini): 2 request(s) at a time, from the server's /props" in done.stderr
-    assert "a context of 6,000 (the server's /props)" in done.stderr
+    assert "(gpt-5-mini): 2 request(s) at a time, from the server's /props total_slots" in done.stderr
+    assert "a context of 6,000 (the server's /props n_ctx)" in done.stderr
     manifest = json.loads((tmp_path / "results" / "runs" / "fitted" / "manifest.json").read_text())
     assert 256 <= manifest["config"]["segment_tokens"] < 6000 - 1000
     given = prism_cli([*run, "--run-id", "given"], env | {"PRISM_SEGMENT_TOKENS": "3000"}, tmp_path, timeout=300)
     assert given.returncode == 0 and "segments of" not in given.stderr
     manifest = json.loads((tmp_path / "results" / "runs" / "given" / "manifest.json").read_text())
     assert manifest["config"]["segment_tokens"] == 3000  # set by hand: it wins
+
+
+@pytest.mark.parametrize(
+    ("kind", "context", "budget"),
+    [
+        ("litellm", 128_000, 32_000),  # a gateway in front of a hosted API: the hosted segment size
+        ("tgi", 8_192, None),  # its /info: segments fitted under 8,192
+        ("ollama", 8_192, None),  # the num_ctx it serves, not the model's trained context
+        (None, None, None),  # says nothing: the conservative default
+    ],
+)
+def test_segments_fit_what_each_kind_of_server_says_of_its_context(fresh_simulator, kind, context, budget):
+    from producer.config import resolved_config
+    from workers.settings import load_settings
+
+    fresh_simulator.config = SimulatorConfig(mode="lexical", server_kind=kind, context_tokens=context or 4096)
+    settings = load_settings(
+        llm_base_url=fresh_simulator.url, llm_api_key="sk-test", llm_model="simulator", chunk_ranker="llm"
+    )
+    said: list[str] = []
+    config = resolved_config(settings, said.append)
+    if budget is not None:
+        assert config.segment_tokens == budget
+    elif context is not None:
+        assert config.segment_tokens < context - 1000 and f"a context of {context - (kind == 'tgi'):,}" in said[-1]
+    else:
+        assert config.segment_tokens <= 4096 and "a conservative default" in said[-1]
