@@ -30,15 +30,37 @@ time; ``compare_warm_ms`` once its vectors are kept);
 ``real_*``: class counts over the Risk Factors and MD&A paragraphs of consecutive FinanceBench
 10-Ks of one company, a year apart.
 
-Measured (full run, 2 shared cores, 123 s; --quick about 20 s): 49 filings, 25 fitting and 24
+Then runs with ``--compare previous``:
+
+- two ``--new`` nights over the bundled EDGAR filings (prism/data/edgar) and their question set,
+  with one question more that names no period (NVIDIA's latest quarter), embedded, documents and
+  chunks ranked by the LLM path on the oracle simulator: ``first_night_previous_calls`` (calls on
+  earlier filings on the first night; the bundled filings are one a company, so there is none to
+  rank: each chosen pair says "no previous filing", ``first_night_no_previous`` of them), and
+  ``second_night_extra_calls``, after NVIDIA's next quarter is ingested (its 10-Q copied and
+  relabelled by a metadata file as the third quarter): calls on earlier filings the first night
+  had ranked already, which must be 0 (the new quarter's own ranking is not extra;
+  ``second_night_previous_reused`` counts the earlier filings reused at $0);
+- ``compare_overhead``: CPU seconds of `prism run` at $0 (embedded, the default $0 rankers) over
+  the shared EDGAR filings and their questions plus the FinanceBench filings and their questions,
+  with ``--compare previous`` over without, each run on a copy of its corpus into a results store
+  of its own (at most 2.2); ``compare_earlier_pairs`` and ``compare_changed_rows`` say how much
+  was compared. ``--quick`` takes 12 EDGAR and 20 FinanceBench questions (and their companies'
+  filings).
+
+Measured (full run of the method's figures, 2 shared cores, 123 s): 49 filings, 25 fitting and 24
 held out; fitted counterpart_min=0.54 and unchanged_min=1.0; held out change_f1=0.9731,
 figure_change_recall=1, moved_unchanged=1, against the anchor's change_f1=0.9351 (it calls 62
 of 96 reworded paragraphs unchanged); compare_ms=43.9 (14.7 once the filing is indexed); 12 real
-pairs: 743 unchanged, 2,021 modified, 1,231 added, 1,461 removed. See docs/changes.md.
+pairs: 743 unchanged, 2,021 modified, 1,231 added, 1,461 removed. With the runs (333 s in all,
+--quick 85 s): first_night_previous_calls=0 (23 pairs with no previous filing),
+second_night_extra_calls=0 (1 call, the new quarter's; its earlier filing reused),
+compare_overhead=1.127 (24 earlier filings ranked). See docs/changes.md.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import gzip
 import io
@@ -55,7 +77,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from _common import SHARED, parser, report
+from _common import ROOT, SHARED, ended, parser, report
 
 from prism import changes
 from prism.changes import (
@@ -106,6 +128,9 @@ KEYS = (
     "unchanged_min",
     "anchor_change_f1",
     "compare_ms",
+    "first_night_previous_calls",
+    "second_night_extra_calls",
+    "compare_overhead",
 )
 
 
@@ -506,10 +531,156 @@ def figures(quick: bool = False) -> dict[str, float | int | str]:
     }
 
 
+# -- runs with --compare previous ------------------------------------------------------------------
+
+BUNDLED = ROOT / "prism" / "data" / "edgar"
+# NVIDIA's next quarter: its 10-Q copied and relabelled by a metadata file (which wins over the
+# filing's own dei facts) as the third quarter of fiscal 2026, filed in November.
+NEXT_QUARTER = ("nvda-10q-2025-08-27.html", "nvda-10q-2025-11-19")
+NEXT_QUARTER_META = {"fiscal_quarter": 3, "period_end": "2025-10-26", "filed": "2025-11-19"}
+# Every bundled question names its period; this one asks for the latest, so the new quarter is
+# chosen for it on the second night and the quarter before becomes its earlier filing.
+LATEST = {
+    "id": "nvda-latest",
+    "question": "What does NVIDIA say about export controls on H20?",
+    "scope": {"company": "NVIDIA"},
+}
+QUICK_EDGAR_QUESTIONS = 12  # as bench/edgar.py --quick
+QUICK_FINANCEBENCH_QUESTIONS = 20  # as bench/corpus.py --quick
+
+
+def run_files(results: Path, run_id: str) -> tuple[list[dict], dict[str, int]]:
+    """A run's chunk plan rows and its calls by query id."""
+    folder = results / "runs" / run_id
+    rows = [json.loads(line) for line in (folder / "plan.jsonl").read_text().splitlines() if line.strip()]
+    cost = json.loads((folder / "cost.json").read_text())
+    return [r for r in rows if r.get("task") == "chunks" and r.get("filing")], {
+        j["query_id"]: j["calls"] for j in cost["jobs"]
+    }
+
+
+def nights(work: Path, quick: bool) -> dict[str, int]:
+    """Two `--new --compare previous` nights over the bundled filings on the oracle simulator,
+    chunks by the LLM: the calls the first spends on earlier filings, and the calls the second
+    (NVIDIA's next quarter ingested) spends on earlier filings the first had ranked already."""
+    from edgar import oracle_queries, question_set, read_jsonl
+
+    from prism.testing.simulator import Simulator, SimulatorConfig
+    from workers.testing import fleet_env, prism_cli
+
+    store = LocalStore(work / "corpus")
+    ingest_source(BUNDLED / "filings", store)
+    questions = read_jsonl(BUNDLED / "questions.jsonl")[: QUICK_EDGAR_QUESTIONS if quick else None] + [LATEST]
+    question_set(work / "questions.jsonl", questions)
+    corpus, results = Corpus(store), work / "results"
+    filings = {fid: corpus.get_filing(fid) for fid in corpus.catalog.all_filings()}
+    queries, _ = oracle_queries(questions, filings, read_jsonl(SHARED / "edgar" / "truth.jsonl"))
+    with Simulator(SimulatorConfig(mode="oracle", noise=0.2, seed=7)) as sim:
+        sim.add_queries(queries)
+        env = fleet_env(None, None, sim.url, PRISM_RESULTS=str(results), PRISM_CHUNK_RANKER="llm")
+        night = ["run", "--questions", "questions.jsonl", "--corpus", str(work / "corpus"), "--new"]
+        night += ["--compare", "previous", "--run-id"]
+        ended(prism_cli([*night, "night-1"], env, work))
+        first, first_calls = run_files(results, "night-1")
+        folder = work / "next"
+        folder.mkdir()
+        source, name = NEXT_QUARTER
+        (folder / f"{name}.html").write_bytes((BUNDLED / "filings" / source).read_bytes())
+        (folder / f"{name}.meta.json").write_text(json.dumps(NEXT_QUARTER_META))
+        ingest_source(folder, store)
+        ended(prism_cli([*night, "night-2"], env, work))
+        second, second_calls = run_files(results, "night-2")
+    ranked = {(r["question_id"], r["filing"], r["version"]) for r in first}
+    earlier = [r for r in second if r.get("previous_of")]
+    extra = [r for r in earlier if (r["question_id"], r["filing"], r["version"]) in ranked]
+    print(f"night 2 earlier filings: {[(r['query_id'], r['state']) for r in earlier]}", flush=True)
+    return {
+        "first_night_calls": sum(first_calls.values()),
+        "first_night_previous_calls": sum(first_calls.get(r["query_id"], 0) for r in first if r.get("previous_of")),
+        "first_night_no_previous": sum(1 for r in first if r.get("previous") is None and not r.get("previous_of")),
+        "second_night_calls": sum(second_calls.values()),
+        "second_night_previous_reused": sum(1 for r in extra if r["state"] == "reused"),
+        "second_night_extra_calls": sum(second_calls.get(r["query_id"], 0) for r in extra),
+    }
+
+
+def question_sets(work: Path, quick: bool) -> list[tuple[Path, Path]]:
+    """(corpus, questions) of the shared EDGAR filings and of the FinanceBench filings, ingested."""
+    import corpus as financebench
+    from edgar import FILINGS, QUESTIONS, question_set, read_jsonl
+
+    edgar = work / "edgar"
+    ingest_source(FILINGS, LocalStore(edgar / "corpus"))
+    question_set(edgar / "questions.jsonl", read_jsonl(QUESTIONS)[: QUICK_EDGAR_QUESTIONS if quick else None])
+    bench = work / "financebench"
+    bench.mkdir()
+    rows = financebench.question_rows(QUICK_FINANCEBENCH_QUESTIONS if quick else None)
+    pages = financebench.PAGES
+    if quick:  # the filings of the questions' companies, so that their earlier ones are there
+        from ingest import by_filing
+
+        wanted = {company_of_doc(q["doc_name"]) for q in rows}
+        kept = [line for doc, lines in by_filing(None).items() if company_of_doc(doc) in wanted for line in lines]
+        pages = bench / "pages.jsonl.gz"
+        pages.write_bytes(gzip.compress("".join(kept).encode()))
+    ingest_source(pages, LocalStore(bench / "corpus"), meta=financebench.DOC_INFO)
+    financebench.question_set(bench / "questions.jsonl", rows)
+    return [(edgar / "corpus", edgar / "questions.jsonl"), (bench / "corpus", bench / "questions.jsonl")]
+
+
+def company_of_doc(name: str) -> str:
+    """FinanceBench's company part of a document name ("AMERICANWATERWORKS_2021_10K")."""
+    return name.rsplit("_", 2)[0]
+
+
+def children_cpu() -> float:
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def compare_overhead(work: Path, quick: bool) -> dict[str, float]:
+    """The CPU seconds of the two question sets' runs at $0 (`prism run`, embedded, each on a
+    copy of its corpus and into a results store of its own, so neither reuses the other's
+    inputs or results), with `--compare previous` over without."""
+    import shutil
+
+    from workers.testing import fleet_env, prism_cli
+
+    cpu, earlier, rows = {"without": 0.0, "with": 0.0}, 0, Counter[str]()
+    for corpus, questions in question_sets(work, quick):
+        for kind, extra in (("without", []), ("with", ["--compare", "previous"])):
+            home = corpus.parent / kind
+            shutil.copytree(corpus, home / "corpus")
+            env = fleet_env(None, None, None, PRISM_RESULTS=str(home / "results"))
+            args = ["run", "--questions", str(questions), "--corpus", str(home / "corpus"), "--run-id", kind, *extra]
+            before = children_cpu()
+            ended(prism_cli(args, env, home))
+            spent = children_cpu() - before
+            print(f"{corpus.parent.name} {kind} --compare previous: {spent:.1f} CPU s", flush=True)
+            cpu[kind] += spent
+        plan, _ = run_files(home / "results", "with")
+        earlier += sum(1 for r in plan if r.get("previous_of"))
+        with (home / "results" / "runs" / "with" / "evidence.csv").open() as table:
+            rows += Counter(r["change"] for r in csv.DictReader(table))
+    print(f"compared at $0: {earlier} earlier filings ranked; evidence rows by change {dict(rows)}", flush=True)
+    return {
+        "compare_overhead": round(cpu["with"] / cpu["without"], 3),
+        "compare_cpu_s": round(cpu["with"], 1),
+        "compare_earlier_pairs": earlier,
+        "compare_changed_rows": rows["modified"] + rows["added"] + rows["removed"],
+    }
+
+
 def main() -> None:
     args = parser(__doc__).parse_args()
     started = time.perf_counter()
     found = figures(args.quick)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "nights").mkdir()
+        found |= nights(Path(tmp) / "nights", args.quick)
+        found |= compare_overhead(Path(tmp), args.quick)
     found["wall_s"] = round(time.perf_counter() - started, 1)
     report(**found)
 

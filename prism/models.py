@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import to_json
 
 from prism import registry
-from prism.options import RunOptions, meta, option
+from prism.options import CompareMode, RunOptions, meta, option
 from prism.registry import ChunkRankerName, DocRankerName, Task
 
 # An LLM step. Each may use its own model and endpoint: the five filing types, one segment of
@@ -356,6 +356,11 @@ class PlannedPair(BaseModel):
     segments: int = 0  # first-level segments enqueued
     since: str | None = None  # reused from this run
     reused: str | None = None  # the key of the result it reuses there (its outcome, by reference)
+    # With a comparison: on a chosen filing's pair, the earlier filing it is compared with (None
+    # when the company has none: its reason says so); on a pair ranked only as that earlier
+    # filing, the chosen filing it is the earlier one of.
+    previous: str | None = None
+    previous_of: str | None = None
 
 
 class Considered(BaseModel):
@@ -387,6 +392,7 @@ class QuestionPlan(BaseModel):
     pairs: list[PlannedPair] = []
     considered: list[Considered] = []  # the best filings in its scope, scored
     pool: str = ""  # digest of the filings (and versions) in its scope: what `--new` compares
+    compare: CompareMode | None = None  # its chosen filings are compared with earlier ones (pairs' previous)
     since: Literal["unchanged", "new_question", "changed_question", "changed_filings"] | None = None
     error: str | None = None  # what ended it in planning (no filing in scope, an error)
 

@@ -26,6 +26,9 @@ PLANNING: tuple[Command, ...] = ("run", "enqueue", "estimate")  # the commands t
 SPENDING: tuple[Command, ...] = ("run", "enqueue", "resume")  # the commands that spend
 
 FilingsPerQuestion = Annotated[int, Field(ge=1, le=20)] | Literal["auto"]
+# The earlier filing a question's filings are compared with (prism/comparable.py): the one before
+# (a 10-Q's quarter before, a first quarter's annual report), or the same period a year before.
+CompareMode = Literal["previous", "year_ago"]
 
 
 def option(
@@ -122,6 +125,13 @@ class RunOptions(BaseModel):
         "auto",
         "filings ranked per question: a number (1-20), or auto (the best and those scored close to it, three at most)",
         flag="--filings",
+        commands=PLANNING,
+        changes="plan",
+    )
+    compare: CompareMode | None = option(
+        None,
+        "rank each question in the company's earlier comparable filing too, and mark what changed in "
+        "its evidence since then: previous (the filing before) or year_ago (the same period a year before)",
         commands=PLANNING,
         changes="plan",
     )

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from prism.companies import CompanyIndex, company_of, index_row
+from prism.comparable import comparable
 from prism.ingest.models import FilingMeta
 from prism.models import RunConfig
+from prism.options import CompareMode
 from prism.periods import Choice, Period, best_of, kept_for, resolve_period, score_filings
 from prism.questions import Question
 
@@ -171,6 +173,42 @@ def choose(
     return Chosen(choices, considered, error)
 
 
+def compare_mode(question: Question, config: RunConfig) -> CompareMode | None:
+    """The earlier filing a question's filings are compared with: its own choice, else the run's."""
+    if question.compare == "none":
+        return None
+    return question.compare or config.compare
+
+
+@dataclass(frozen=True)
+class Previous:
+    """A chosen filing and the earlier one it is compared with (None: the company has none)."""
+
+    filing: str
+    previous: str | None
+    version: str  # the earlier filing's latest version ("" for none)
+    reason: str
+
+
+def previous_filings(mode: CompareMode, view: CorpusView, pool: Pool, chosen: Sequence[str]) -> list[Previous]:
+    """The earlier filing each chosen filing is compared with, from its company's filings: the
+    scope's own, or for an unscoped question its company's, read by its CIK or name."""
+    wanted = set(chosen)
+    metas = {fid: meta for fid, meta in pool if fid in wanted}
+    found = []
+    for fid in chosen:
+        meta = metas[fid]
+        if isinstance(pool, Everything):
+            named = meta.cik or meta.company
+            filings: Iterable[tuple[str, FilingMeta]] = view.scope(named) if named else ()
+        else:
+            filings = pool
+        choice = comparable(mode, fid, meta, filings)
+        version = view.versions.get(choice.filing_id, "") if choice.filing_id else ""
+        found.append(Previous(fid, choice.filing_id, version, choice.reason))
+    return found
+
+
 def no_filing(question: Question, period: str, view: CorpusView, corpus: str) -> str:
     scope = question.scope
     what = [f"company {scope.company!r}" if scope.company else "any company"]
@@ -192,8 +230,10 @@ def pair_job_id(question: str, filing_id: str, version: str, config: RunConfig) 
 
 
 def question_job_id(question: Question, config: RunConfig) -> str:
-    """Same question and scope, same config and filings per question: same id."""
-    return digest(["question", question.question, question.scope.model_dump(mode="json"), config.plan_fingerprint()])
+    """Same question and scope, same config and filings per question: same id (a question's own
+    compare, where it sets one, is in it; an id made before there was one stays)."""
+    body = ["question", question.question, question.scope.model_dump(mode="json"), config.plan_fingerprint()]
+    return digest([*body, question.compare] if question.compare else body)
 
 
 def digest(value: object) -> str:

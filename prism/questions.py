@@ -1,7 +1,7 @@
 """Question sets: JSONL of questions to answer from a corpus of filings, read strictly.
 
 One question a line: ``{"id", "question", "scope"?: {"company"?, "form_types"?, "period"?},
-"qrels"?: [{"filing", "page" | "chunk", "grade"}], "answer"?}``. ``page`` is the 1-based page a
+"qrels"?: [{"filing", "page" | "chunk", "grade"}], "answer"?, "compare"?}``. ``page`` is the 1-based page a
 PDF viewer shows, ``chunk`` a chunk id (``<filing>:s3``) for HTML and text filings. A line that
 cannot be used is a :class:`RowError` naming its line and field; the rest of the file still runs.
 Nothing is coerced: ids and grades are used as given, ``null`` stands for a field left out.
@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from prism.datasets import RowError, _kind, _load_json, check_keys, iter_lines
 from prism.ingest.meta import form_type
 from prism.models import FILING_TYPES
+from prism.options import CompareMode
 
-QUESTION_KEYS = frozenset({"id", "question", "scope", "qrels", "answer"})
+QUESTION_KEYS = frozenset({"id", "question", "scope", "qrels", "answer", "compare"})
 SCOPE_KEYS = frozenset({"company", "form_types", "period"})
 QREL_KEYS = frozenset({"filing", "page", "chunk", "grade"})
 
@@ -73,6 +74,11 @@ class EvidenceQrel(BaseModel):
     grade: int = Field(ge=0)
 
 
+# A question's own "compare": a mode, or "none" to leave out the comparison the run asks for.
+QuestionCompare = CompareMode | Literal["none"]
+COMPARE_VALUES: tuple[str, ...] = (*get_args(CompareMode), "none")
+
+
 class Question(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -82,6 +88,7 @@ class Question(BaseModel):
     qrels: tuple[EvidenceQrel, ...] = ()
     answer: str | None = None
     line: int = 0
+    compare: QuestionCompare | None = None  # over the run's --compare for this question; None: the run's
 
 
 def read_questions(stream: IO[bytes], source: str = "<questions>") -> Iterator[Question | RowError]:
@@ -117,6 +124,10 @@ def parse_question(raw: bytes | str, line: int) -> Question:
     answer = row.get("answer")
     if answer is not None and not isinstance(answer, str):
         raise RowError(line, "answer", f"expected a string, got {_kind(answer)}", qid)
+    compare = row.get("compare")
+    if compare is not None and compare not in COMPARE_VALUES:
+        shown = repr(compare) if isinstance(compare, str) else _kind(compare)
+        raise RowError(line, "compare", f"expected one of {', '.join(map(repr, COMPARE_VALUES))}, got {shown}", qid)
     return Question(
         id=qid,
         question=text,
@@ -124,6 +135,7 @@ def parse_question(raw: bytes | str, line: int) -> Question:
         qrels=_qrels(row.get("qrels"), line, qid),
         answer=answer,
         line=line,
+        compare=compare,
     )
 
 

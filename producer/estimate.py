@@ -23,7 +23,7 @@ from prism.estimate import Estimate, Priced, estimate
 from prism.ingest.models import Chunking, FilingEntry
 from prism.models import FILING_TYPES, Query, QuestionPlan, RunConfig, Stage
 from prism.periods import Choice
-from prism.planning import CorpusView, choose, in_scope
+from prism.planning import CorpusView, choose, compare_mode, in_scope, previous_filings
 from prism.pricing import PriceTable
 from prism.prior import DocPrior
 from prism.questions import Question, read_questions
@@ -44,6 +44,7 @@ class QuestionSetEstimate(BaseModel):
     bad_lines: list[str] = []  # as a run names them: "Q: line 3, field 'scope.period': ..."
     no_filing: list[str] = []  # "<id> (line 4): no filing in scope: ..."
     pairs: int = 0  # (question, filing) pairs chosen: the chunk queries
+    earlier_pairs: int = 0  # of them, pairs of an earlier filing ranked to be compared with (--compare)
     document_calls: int = 0  # questions whose filing types an LLM ranks
     estimate: Estimate
 
@@ -58,6 +59,7 @@ class PlannedQuestion:
     documents_by_llm: bool  # its filing types are ranked by an LLM call (priced)
     error: str | None = None
     versions: dict[str, str] = field(default_factory=dict)  # its filings' latest versions
+    earlier: dict[str, str] = field(default_factory=dict)  # earlier filings ranked to be compared with, by version
 
 
 def planned_by_prior(
@@ -70,8 +72,13 @@ def planned_by_prior(
     scores = prior.form_scores(question.question) if scoped.pool else {}
     choices, _, error = choose(question, scoped, scores, config, view, corpus)
     by_llm = bool(scoped.pool) and asks_llm(config, prior, question.question)
-    versions = view.versions_of(scoped.pool, [c.filing_id for c in choices])
-    return PlannedQuestion(question, scoped.period.label(), choices, by_llm, error, versions)
+    chosen = [c.filing_id for c in choices]
+    versions = view.versions_of(scoped.pool, chosen)
+    mode, earlier = compare_mode(question, config), {}
+    if mode is not None and choices:
+        found = previous_filings(mode, view, scoped.pool, chosen)
+        earlier = {p.previous: p.version for p in found if p.previous is not None and p.previous not in versions}
+    return PlannedQuestion(question, scoped.period.label(), choices, by_llm, error, versions, earlier)
 
 
 def plan_questions(
@@ -105,13 +112,15 @@ def estimate_questions(
     if not planned:
         raise RunError(_nothing_read(questions, bad, rows_hint=True))
     pairs = [(p.question.question, c.filing_id, p.versions[c.filing_id]) for p in planned for c in p.filings]
+    earlier = [(p.question.question, fid, version) for p in planned for fid, version in p.earlier.items()]
     documents = [p.question.question for p in planned if p.documents_by_llm]
-    result = price(documents, pairs, corpus, settings, config, expected_output, reasoning_share)
+    result = price(documents, pairs + earlier, corpus, settings, config, expected_output, reasoning_share)
     return QuestionSetEstimate(
         questions=len(planned),
         bad_lines=bad,
         no_filing=[f"{p.question.id} (line {p.question.line}): {p.error}" for p in planned if p.error],
-        pairs=len(pairs),
+        pairs=len(pairs) + len(earlier),
+        earlier_pairs=len(earlier),
         document_calls=len(documents),
         estimate=result,
     )

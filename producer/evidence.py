@@ -20,6 +20,7 @@ from prism.lexical import cite
 from prism.metrics import ndcg_at
 from prism.models import Cited
 from prism.periods import AUTO_MARGIN, filing_date
+from producer import redlines
 from producer.state import RunState
 from workers.corpus import Corpus
 
@@ -44,6 +45,13 @@ SCHEMA = (
     ("grade", "int32"),
     ("excerpt", "string"),
     ("answer", "string"),  # with the evidence ranker: its answer from this evidence (the rows are its citations)
+    # With a comparison (--compare), what changed since the company's earlier filing (producer/redlines.py):
+    # unchanged, modified, added, removed (a passage the earlier evidence cited), no previous filing.
+    ("change", "string"),
+    ("similarity", "float64"),  # TF-IDF cosine with the earlier passage
+    ("previous_filing", "string"),
+    ("previous_page", "int32"),  # where the earlier passage is
+    ("redline", "string"),  # the passage with [-removed-]{+added+} words
 )
 COLUMNS = tuple(name for name, _ in SCHEMA)
 
@@ -99,25 +107,36 @@ def across_filings(found: list[Found]) -> list[tuple[float, Found]]:
     return sorted(scored, key=lambda s: (-s[0], s[1].pair["filing_rank"], s[1].position))
 
 
-def evidence_rows(state: RunState, corpus: Corpus) -> tuple[list[dict], dict]:
+def evidence_rows(state: RunState, corpus: Corpus, compared: bool = True) -> tuple[list[dict], dict]:
     """Every question's evidence, best first across its filings, and the metrics: filing_top1,
     evidence recall@5 and NDCG@5 over the questions with qrels whose judged filing is in the
-    corpus."""
+    corpus. A question compared with earlier filings has what changed in its rows, and after
+    them a row for each earlier passage gone (not judged); ``compared=False`` leaves that out."""
     questions = {q["question_id"]: q for q in state.files.questions()}
     pairs: dict[str, list[dict]] = {}
     for row in state.files.plan():
         if row.get("filing"):
             pairs.setdefault(row["question_id"], []).append(row)
     reading = _Reading(state, corpus)
+    changes = redlines.Compared(corpus, reading.results)
     rows: list[dict] = []
     judged = _Judged(lambda fid: reading.heads[fid] is not None)
     for qid, q in questions.items():
-        found = across_filings(reading.found(q, pairs.get(qid, [])))
+        chosen = [p for p in pairs.get(qid, []) if not p.get("previous_of")]  # not its earlier filings
+        found = across_filings(reading.found(q, chosen))
         ranked = [_row(q, rank, score, entry, reading) for rank, (score, entry) in enumerate(found, start=1)]
         judged.add(q, ranked, reading.heads.pages)
         rows += ranked
+        if compared and q.get("compare"):
+            rows += [_blank() | row for row in changes.rows(pairs.get(qid, []), ranked)]
     metrics = judged.metrics(questions)
     return rows, metrics
+
+
+def _blank() -> dict:
+    """A row with every column empty."""
+    extras = {"cik": "", "accession": "", "version": "", "start": None, "end": None}
+    return {name: "" if kind == "string" else None for name, kind in SCHEMA} | extras
 
 
 class _Heads(dict[str, FilingEntry | None]):
@@ -192,6 +211,7 @@ def _row(q: dict, rank: int, score: float, entry: Found, reading: _Reading) -> d
         "grade": None,
         "excerpt": chunk.excerpt,
         "answer": entry.answer,
+        **redlines.empty(),
         # beyond the table's columns, for the viewer: the filing's identity and where the excerpt is
         "cik": meta.cik or "",
         "accession": meta.accession or "",
@@ -271,7 +291,8 @@ def markdown(rows: list[dict], metrics: dict, per_question: int = 3, questions: 
     out.append("- every row: `evidence.csv` / `evidence.parquet`")
     by_question: dict[str, list[dict]] = {}
     for row in rows:
-        by_question.setdefault(row["question_id"], []).append(row)
+        if row["rank"] is not None:  # an earlier passage gone has no rank: counted below
+            by_question.setdefault(row["question_id"], []).append(row)
     for qid, items in list(by_question.items())[:questions]:
         out += ["", f"**{qid}**: {items[0]['question'][:200]}", ""]
         if items[0]["answer"]:
@@ -284,4 +305,5 @@ def markdown(rows: list[dict], metrics: dict, per_question: int = 3, questions: 
                 f"{r['rank']}. {r['filing_id']} ({r['company']}, {r['form_type']}, {r['period']}) {where} "
                 f"`{r['chunk_id']}`{score}: {r['excerpt'][:160]}"
             )
+    out += redlines.markdown(rows, questions)
     return "\n".join(out) + "\n"

@@ -43,7 +43,8 @@ def _plan_rows(plan: QuestionPlan) -> list[dict]:
     for p in plan.pairs:
         pair = {"filing": p.filing, "version": p.version, "filing_rank": p.filing_rank, "filing_score": p.filing_score}
         reuse = {"since": p.since, "reused": p.reused} if p.reused else {}
-        rows.append(base | {"query_id": p.query_id, "task": "chunks", "state": p.state} | pair | reuse)
+        compared = {"previous": p.previous, "previous_of": p.previous_of} if plan.compare else {}
+        rows.append(base | {"query_id": p.query_id, "task": "chunks", "state": p.state} | pair | reuse | compared)
     return rows
 
 
@@ -65,9 +66,12 @@ def _kept_plans(files: RunFiles, progress: Progress | None) -> dict[str, Questio
 
 
 def _question_line(plan: QuestionPlan) -> dict:
-    """A question's plan as questions.jsonl keeps it (the filings in their chosen order)."""
+    """A question's plan as questions.jsonl keeps it (the filings chosen, in their order; an earlier
+    filing ranked only to be compared with is among its pairs, not its filings)."""
     filings = [
-        {"filing": p.filing, "rank": p.filing_rank, "score": p.filing_score, "reason": p.reason} for p in plan.pairs
+        {"filing": p.filing, "rank": p.filing_rank, "score": p.filing_score, "reason": p.reason}
+        for p in plan.pairs
+        if p.previous_of is None
     ]
     return plan.model_dump(mode="json") | {"filings": filings}
 

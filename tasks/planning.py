@@ -24,7 +24,16 @@ from prism.ingest.models import Chunking
 from prism.llm import BudgetExhausted, Gateway, recording
 from prism.models import FILING_TYPES, Considered, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, job_id
 from prism.periods import Choice
-from prism.planning import CorpusView, choose, in_scope, pair_id, pair_job_id
+from prism.planning import (
+    CorpusView,
+    Previous,
+    choose,
+    compare_mode,
+    in_scope,
+    pair_id,
+    pair_job_id,
+    previous_filings,
+)
 from prism.questions import Question
 from prism.segmenting import TokenCounter
 from prism.strategies import chunks
@@ -64,8 +73,8 @@ def plan_question(self: PlanTask, message: dict) -> None:
     view: CorpusView = rt.kept(
         ("corpus", job.corpus, job.corpus_version), lambda: _view(rt, job.corpus, job.corpus_version)
     )
-    scoped = in_scope(job.question, view)
-    plan = _record(job, pool=view.pool_digest(scoped.pool), period=scoped.period.label())
+    scoped, mode = in_scope(job.question, view), compare_mode(job.question, job.config)
+    plan = _record(job, pool=view.pool_digest(scoped.pool), period=scoped.period.label(), compare=mode)
     if job.since is not None and _reused_since(rt, job, plan, ledger):
         return
     scores: dict[str, float] = {}
@@ -80,6 +89,9 @@ def plan_question(self: PlanTask, message: dict) -> None:
         ledger.failure(job, plan.error, self.paid(job))
     versions = view.versions_of(scoped.pool, [c.filing_id for c in choices])
     plan.pairs = [_pair(rt, ledger, job, rank, c, versions[c.filing_id]) for rank, c in enumerate(choices, 1)]
+    if mode is not None and choices:
+        found = previous_filings(mode, view, scoped.pool, [c.filing_id for c in choices])
+        plan.pairs += _previous_pairs(rt, ledger, job, plan.pairs, found)
     ledger.planned(job, plan, plan.outcomes)
     log.info("question planned", filings=[p.filing for p in plan.pairs], states=[p.state for p in plan.pairs])
 
@@ -152,6 +164,29 @@ def _pair(rt: Runtime, ledger: Ledger, job: QuestionJob, rank: int, choice: Choi
     return planned
 
 
+def _previous_pairs(
+    rt: Runtime, ledger: Ledger, job: QuestionJob, chosen: list[PlannedPair], found: list[Previous]
+) -> list[PlannedPair]:
+    """Each chosen filing's earlier one, named on its pair, and ranked as a pair of its own where
+    it is not chosen too: under the job id it has as a chosen filing, so one ranked for the
+    question before (an earlier night's choice) is reused at $0. A company with none is no
+    failure: the pair's reason says so."""
+    by_filing = {p.filing: p for p in chosen}
+    added: list[PlannedPair] = []
+    for each in found:
+        pair = by_filing[each.filing]
+        pair.previous = each.previous
+        pair.reason = f"{pair.reason}; {each.reason if each.previous is None else f'compared with {each.reason}'}"
+        if each.previous is None or each.previous in by_filing:
+            continue
+        choice = Choice(each.previous, 0.0, 0.0, 0.0, f"the earlier filing of {each.filing}: {each.reason}")
+        extra = _pair(rt, ledger, job, len(chosen) + len(added) + 1, choice, each.version)
+        extra.previous_of = each.filing
+        by_filing[extra.filing] = extra
+        added.append(extra)
+    return added
+
+
 class ChunkPlanTask(QueryTask):
     message = ChunkJob
 
@@ -194,6 +229,8 @@ class Earlier:
         same = self.config.plan_fingerprint() == job.config.plan_fingerprint()
         if not same or before.get("pool") != plan.pool or not before.get("pairs"):
             return "changed_filings"
+        if before.get("compare") != plan.compare:  # the question's own compare changed
+            return "changed_question"
         return "unchanged"
 
     def reuse(self, job: QuestionJob, plan: QuestionPlan, ledger: Ledger) -> bool:

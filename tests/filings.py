@@ -55,3 +55,16 @@ def edgar_html(risk_paragraphs: int = 3, company: str = "ACME WIDGETS, INC.") ->
 <p><b>Item 7. Management\u2019s Discussion and Analysis of Financial Condition</b></p>
 <p>Revenue grew 12% to $4.2 billion, as described in Item 1A of this report.</p>
 </body></html>""".encode("cp1252")
+
+
+def annual_report(folder, name: str, company: str, year: int, paragraphs: list[str], cik: str | None = None) -> None:
+    """A company's 10-K for a fiscal year as HTML (a paragraph a <p>, under an MD&A heading,
+    written as given: markup in a paragraph stays markup) with its metadata file beside it."""
+    import json
+
+    head = [company.upper(), "FORM 10-K", f"Annual report for fiscal {year}"]
+    mdna = "Item 7. Management's Discussion and Analysis of Financial Condition and Results of Operations"
+    body = "".join(f"<p>{p}</p>" for p in [*head, mdna, *paragraphs])
+    (folder / f"{name}.html").write_text(f"<html><body>{body}</body></html>")
+    meta = {"company": company, "form_type": "10-K", "fiscal_year": year} | ({"cik": cik} if cik else {})
+    (folder / f"{name}.meta.json").write_text(json.dumps(meta))

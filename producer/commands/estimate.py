@@ -63,9 +63,10 @@ def _question_set(
     found = estimate_questions(questions, corpus, settings, config, outputs, reasoning_share)
     result = found.estimate
     bad = f" ({count(len(found.bad_lines), 'bad line')}, not priced)" if found.bad_lines else ""
+    earlier = f", {found.earlier_pairs} of them earlier filings to compare with" if found.earlier_pairs else ""
     out.print(
         f"{count(found.questions, 'question')} read from {questions}{bad}, {len(found.no_filing)} with no filing "
-        f"in scope; {count(found.pairs, 'filing')} chosen (pairs, --filings {config.filings_per_question}), "
+        f"in scope; {count(found.pairs, 'filing')} chosen (pairs, --filings {config.filings_per_question}{earlier}), "
         f"{count(result.segments, 'segment')}; {count(found.document_calls, 'document ranking call')} "
         f"({config.doc_ranker})",
         highlight=False,

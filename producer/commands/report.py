@@ -122,7 +122,8 @@ def _evidence_metrics(runs: RunReader, store: Store, manifest: RunManifest) -> d
     from workers.corpus import Corpus
 
     assert manifest.corpus is not None
-    _, metrics = evidence.evidence_rows(RunState(store, manifest.run_id).poll(), Corpus(runs.store(manifest.corpus)))
+    state, corpus = RunState(store, manifest.run_id).poll(), Corpus(runs.store(manifest.corpus))
+    _, metrics = evidence.evidence_rows(state, corpus, compared=False)
     if not metrics["judged"]:
         raise RunError(
             f"run {manifest.run_id}: none of its {metrics['questions']} questions has qrels over a filing of its corpus"

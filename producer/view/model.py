@@ -20,6 +20,7 @@ from workers.runfiles import RunFiles
 
 PLOTS = ("latency.png", "tokens_cost.png", "ndcg.png")
 TOP = 5  # the rows compared against another run
+CHANGED = ("modified", "added", "removed")  # a row's changes since the earlier filing that count as changed
 
 
 @dataclass
@@ -30,6 +31,13 @@ class Pages:
     ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
     texts: list[str] = field(default_factory=list)
     filings: dict[tuple[str, str], Filing] = field(default_factory=dict)
+
+    def previous_page_id(self, row: dict) -> int | None:
+        """The number of the earlier filing's page a compared row names, if it names one."""
+        if not row.get("previous_filing") or row.get("previous_page") is None:
+            return None
+        earlier = {"filing_id": row["previous_filing"], "version": row.get("previous_version", "")}
+        return self.page_id(earlier | {"page": row["previous_page"], "chunk_id": ""})
 
     def page_id(self, row: dict) -> int:
         """The number of a row's page text (its chunk's own text, for a chunk without a page)."""
@@ -79,7 +87,19 @@ def build(files: RunFiles, corpus: Corpus | None, edgar_url: str, against: RunFi
     _link(questions)
     entries = [_entry(q, plan, metrics, failed) for q, plan in zip(questions, plans, strict=True)]
     run = _run(files, manifest, state, metrics, entries, against, questions)
+    run["compared"] = _compared(entries)
     return View(run, questions, pages.texts if pages else [])
+
+
+def _compared(entries: list[dict]) -> list[dict]:
+    """Per company, its questions compared with earlier filings and those whose evidence changed."""
+    by_company: dict[str, dict] = {}
+    for e in entries:
+        if e["compared"]:
+            found = by_company.setdefault(e["company"], {"company": e["company"], "questions": 0, "changed": 0})
+            found["questions"] += 1
+            found["changed"] += bool(e["changed_previous"])
+    return sorted(by_company.values(), key=lambda c: c["company"])
 
 
 def _run(
@@ -223,6 +243,7 @@ def _question(
         "forms_ranked_by": plan.get("forms_ranked_by", ""),
         "error": plan.get("error"),
         "answer": plan.get("answer"),
+        "compare": plan.get("compare"),
         "considered": [_considered(c, filings.get(c["filing"])) for c in plan.get("considered", [])],
         "rows": [_evidence(r, pages, edgar_url) for r in rows],
         "calls": calls.get(plan["question_id"], {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "usd": 0.0}),
@@ -263,9 +284,15 @@ def _evidence(row: dict, pages: Pages | None, edgar_url: str) -> dict:
         "ranker": row["ranker"],
         "grade": row["grade"],
         "excerpt": row["excerpt"],
-        "page_id": pages.page_id(row) if pages is not None else None,
+        "page_id": pages.page_id(row) if pages is not None and row["filing_id"] else None,
         "start": row.get("start"),
         "end": row.get("end"),
+        "change": row.get("change", ""),
+        "similarity": row.get("similarity"),
+        "previous_filing": row.get("previous_filing", ""),
+        "previous_page": row.get("previous_page"),
+        "previous_page_id": pages.previous_page_id(row) if pages is not None else None,
+        "redline": row.get("redline", ""),
     }
 
 
@@ -291,6 +318,8 @@ def _entry(q: dict, plan: dict, metrics: dict, failed: set[str]) -> dict:
         "no_filing": bool(plan.get("error") and plan["error"].startswith(NO_FILING)),
         "miss": q["id"] in judged and judged[q["id"]] == 0.0,
         "changed": bool(q.get("changes") and q["changes"]["changed"]),
+        "compared": bool(q.get("compare")),
+        "changed_previous": sum(1 for r in q["rows"] if r["change"] in CHANGED),
     }
 
 
@@ -299,7 +328,7 @@ def _top_pages(files: RunFiles, corpus: Corpus | None) -> dict[str, list[tuple[s
     if corpus is None:
         return {}
     state = RunState(files.store, files.layout.run_id).poll()
-    rows, _ = evidence_rows(state, corpus)
+    rows, _ = evidence_rows(state, corpus, compared=False)
     out: dict[str, list[tuple[str, Any, float]]] = defaultdict(list)
     for row in rows:
         if len(out[row["question_id"]]) < TOP:

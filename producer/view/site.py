@@ -29,7 +29,8 @@ def site(files: RunFiles, corpus: Corpus | None, edgar_url: str, against: RunFil
     view.run["plots"] = [{"name": name, "src": f"plots/{name}"} for name in view.run["plots"]]
     out["data/run.js"] = _script("PRISM.run = ", view.run, ";")
     for q in view.questions:
-        q["page_files"] = sorted({f"data/p/{r['page_id']}.js" for r in q["rows"] if r["page_id"] is not None})
+        shown = [r[key] for r in q["rows"] for key in ("page_id", "previous_page_id")]
+        q["page_files"] = sorted({f"data/p/{number}.js" for number in shown if number is not None})
         out[f"data/q/{q['n']}.js"] = _script(f"PRISM.question({q['n']}, ", q, ");")
     for number, text in enumerate(view.pages):
         out[f"data/p/{number}.js"] = _script(f"PRISM.page({number}, ", text, ");")

@@ -220,3 +220,65 @@ def test_the_server_serves_the_run_and_nothing_outside_it(viewer):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """A run with `--compare previous` over Acme's two annual reports (a figure changed, a
+    paragraph new holding a script tag, one gone holding an image tag) and Globex's one, exported."""
+    from tests.filings import annual_report
+
+    work = tmp_path_factory.mktemp("compared")
+    folder = work / "filings"
+    folder.mkdir()
+    steady = "Our business depends on demand for widgets from industrial customers in North America and Europe."
+    revenue = "Widget revenue was $40,609 million for the year, driven by strong orders from industrial customers."
+    gone = "Gadget sales &lt;img src=x onerror=\"document.body.setAttribute('data-pwned','1')\"&gt; ended this year."
+    new = "A new plant &lt;script&gt;document.title='pwned'&lt;/script&gt; in Ohio makes widgets for carmakers."
+    annual_report(folder, "acme-10k-2023", "Acme Corp", 2023, [steady, revenue, gone], cik="1234")
+    annual_report(
+        folder, "acme-10k-2024", "Acme Corp", 2024, [steady, revenue.replace("40,609", "41,002"), new], "1234"
+    )
+    annual_report(folder, "globex-10k-2024", "Globex Inc", 2024, ["Globex revenue was $9,000 million for the year."])
+    ingest_source(folder, LocalStore(work / "corpus"))
+    rows = [
+        {"id": "acme-rev", "question": "What was Acme's widget revenue?", "scope": {"company": "Acme"}},
+        {"id": "globex-rev", "question": "What was Globex revenue?", "scope": {"company": "Globex"}},
+    ]
+    (work / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = fleet_env(None, None, None)
+    run = ["run", "--questions", "questions.jsonl", "--corpus", str(work / "corpus"), "--run-id", "cmp"]
+    done = prism_cli([*run, "--compare", "previous"], env, work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = prism_cli(["view", "cmp", "--out", str(work / "site")], env, work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return work / "site"
+
+
+def test_a_redline_shows_its_marks_as_del_and_ins_and_every_text_as_text(compared, browser):
+    page = _page(browser)
+    page.goto((compared / "index.html").as_uri())
+    page.wait_for_selector("#questions li")
+    assert page.inner_text("#changed-by-company") == (
+        "changed since the previous filing: Acme Corp 1 of 1 \u00b7 Globex Inc 0 of 1"
+    )
+    page.check("#only-changed_previous")
+    assert page.eval_on_selector_all("#questions li", "items => items.map(i => i.dataset.id)") == ["acme-rev"]
+    page.locator("#questions li a").first.click()
+    page.wait_for_selector(".redline")
+    marks = page.evaluate(
+        """() => ({del: [...document.querySelectorAll('.redline del')].map(d => d.textContent),
+                   ins: [...document.querySelectorAll('.redline ins')].map(i => i.textContent)})"""
+    )
+    assert "$40,609" in marks["del"] and "$41,002" in marks["ins"]
+    assert any("<script>document.title='pwned'</script>" in text for text in marks["ins"])
+    assert any("onerror=" in text for text in marks["del"])  # the passage gone, in its removed row
+    assert page.title() == "What was Acme's widget revenue?"
+    assert page.locator(".redline script, .redline img, main img[src='x']").count() == 0
+    assert page.get_attribute("body", "data-pwned") is None
+    link = page.locator("summary.previous-link").first
+    assert link.inner_text() == "the previous filing's page 1 (acme-10k-2023)"
+    link.click()  # the earlier filing's page opens beside the row
+    assert "$40,609 million" in page.locator("details.previous[open] pre.page").first.inner_text()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "redline.png"), full_page=True)

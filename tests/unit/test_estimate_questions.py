@@ -181,3 +181,32 @@ def test_an_input_of_no_rows_is_an_error_not_usd_0(tmp_path):
     mixed.write_text(json.dumps(row) + "\n{\n")
     queries, bad = read_rows(str(mixed))
     assert [q.id for q in queries] == ["r1"] and len(bad) == 1 and bad[0].startswith(f"{mixed}: line 2, field")
+
+
+def test_compare_prices_the_earlier_filing_of_each_chosen_one_too(tmp_path, monkeypatch, prior):
+    compared = _config(compare="previous")
+    fy23 = _plan("What was revenue in FY2023?", compared, prior, company="Acme")
+    assert [c.filing_id for c in fy23.filings] == ["acme23"] and fy23.earlier == {"acme22": "v1"}
+    assert _plan("What was revenue in FY2023?", _config(), prior, company="Acme").earlier == {}
+    globex = _plan("What was revenue?", compared, prior, company="Globex")
+    assert [c.filing_id for c in globex.filings] == ["globex23"] and globex.earlier == {}  # it has none
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    for year in (2022, 2023):
+        (folder / f"acme_{year}_10k.txt").write_text("\f".join(PAGES))
+        (folder / f"acme_{year}_10k.meta.json").write_text(
+            json.dumps({"company": "Acme Corp", "form_type": "10-K", "year": year})
+        )
+    ingest_source(folder, LocalStore(tmp_path / "corpus"))
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        json.dumps({"id": "a1", "question": "What was revenue in FY2023?", "scope": {"company": "Acme"}})
+    )
+    for name in [k for k in os.environ if k.startswith("PRISM_")]:
+        monkeypatch.delenv(name)
+    settings = load_settings(results=str(tmp_path / "results"), segment_tokens=8000)
+    alone = estimate_questions(str(questions), str(tmp_path / "corpus"), settings, _config(), OUTPUTS)
+    both = estimate_questions(str(questions), str(tmp_path / "corpus"), settings, compared, OUTPUTS)
+    assert (alone.pairs, alone.earlier_pairs, both.pairs, both.earlier_pairs) == (1, 0, 2, 1)
+    assert both.estimate.segments == 2 * alone.estimate.segments == 8
+    assert both.estimate.stages["rerank"].calls == 2 * alone.estimate.stages["rerank"].calls

@@ -52,7 +52,7 @@ def test_a_flag_wins_over_the_variable_and_is_named_when_bad(monkeypatch):
 @pytest.mark.parametrize("command", ["run", "enqueue", "estimate"])
 def test_the_planning_commands_take_the_same_run_options(command):
     shown = subprocess.run([PRISM, command, "--help"], capture_output=True, text=True, check=True).stdout
-    for flag in ("--questions", "--corpus", "--filings", "--prefilter-share", "--chunk-ranker", "--limit"):
+    for flag in ("--questions", "--corpus", "--filings", "--prefilter-share", "--chunk-ranker", "--limit", "--compare"):
         assert flag in shown, (command, flag)
 
 

@@ -122,6 +122,8 @@
     var company = choice("company", companies), form = choice("form", forms);
     var flags = [["failed", "failed"], ["no_filing", "no filing in scope"], ["miss", "judged miss"]];
     if (data.against) flags.push(["changed", "changed since " + data.against.run_id]);
+    var compared = data.compared || [];
+    if (compared.length) flags.push(["changed_previous", "changed since the previous filing"]);
     var boxes = flags.map(function (f) { return [f[0], el("input", { type: "checkbox", id: "only-" + f[0] })]; });
     var count = el("span", { cls: "count" });
     var body = el("ol", { id: "questions", cls: "questions" });
@@ -157,7 +159,10 @@
     var controls = el("div", { cls: "filters" }, [search, company, form].concat(boxes.map(function (b, i) {
       return el("label", {}, [b[1], " " + flags[i][1]]);
     })));
-    var node = section("Questions", [controls, count, body, pager]);
+    var perCompany = compared.length ? el("p", { cls: "sub", id: "changed-by-company", text: "changed since the previous filing: " + compared.map(function (c) {
+      return (c.company || "no company") + " " + c.changed + " of " + c.questions;
+    }).join(" \u00b7 ") }) : null;
+    var node = section("Questions", [controls, perCompany, count, body, pager]);
     render();
     return { node: node, keys: keys };
   }
@@ -168,6 +173,7 @@
     if (q.no_filing) marks.push(el("span", { cls: "tag bad", text: "no filing in scope" }));
     if (q.miss) marks.push(el("span", { cls: "tag warn", text: "judged miss" }));
     if (q.changed) marks.push(el("span", { cls: "tag", text: "changed" }));
+    if (q.changed_previous) marks.push(el("span", { cls: "tag", text: q.changed_previous + " changed since the previous filing" }));
     return el("li", { "data-id": q.id }, [
       el("a", { href: questionHref(q), text: q.question }),
       el("div", { cls: "sub" }, [q.id + " \u00b7 " + (q.company || "any company") + (q.form ? " \u00b7 " + q.form : "") + (q.top ? " \u00b7 " + q.top : "") + " "].concat(marks))
@@ -264,6 +270,7 @@
   function scopeList(q) {
     var scope = q.scope || {};
     var parts = ["company: " + (scope.company || "any"), "forms: " + ((scope.form_types || []).join(", ") || "any"), "period: " + (q.period || scope.period || "latest"), "forms ranked by: " + (q.forms_ranked_by || "-")];
+    if (q.compare) parts.push("compared with: " + (q.compare === "year_ago" ? "the filing of a year before" : "the previous filing"));
     return el("p", { cls: "sub", text: parts.join(" \u00b7 ") });
   }
 
@@ -285,6 +292,7 @@
   }
 
   function evidenceRow(r) {
+    if (r.rank === null) return removedRow(r);
     var bar = el("span", { cls: "bar" }, [el("span", { cls: "fill" })]);
     bar.firstChild.style.width = Math.round(100 * Math.min(1, r.score)) + "%";
     var place = "page " + num(r.page) + (r.printed_page ? " (printed " + r.printed_page + ")" : "") + (r.document ? " \u00b7 " + r.document : "") + (r.heading ? " \u00b7 " + r.heading : "");
@@ -297,7 +305,43 @@
       el("div", { cls: "sub", text: place + " \u00b7 ranked by " + (r.ranker || "-") + (r.grade === null ? "" : " \u00b7 grade " + r.grade) }),
       el("div", { cls: "sub" }, links),
       pageText(r)
-    ]);
+    ].concat(sincePrevious(r)));
+  }
+
+  function removedRow(r) {
+    // a passage the earlier filing's evidence cited that no passage now matches
+    return el("li", { cls: "row removed", "data-rank": "" }, [
+      el("div", { cls: "head" }, [el("span", { cls: "rank", text: "no longer cited" }), el("span", { cls: "filing", text: r.previous_filing + " page " + num(r.previous_page) })])
+    ].concat(sincePrevious(r)));
+  }
+
+  function sincePrevious(r) {
+    // what changed in the row's passage since the earlier filing: its kind, its redline, the earlier page
+    if (!r.change) return [];
+    var similar = r.similarity === null ? "" : " \u00b7 similarity " + r.similarity.toFixed(2);
+    var out = [el("div", { cls: "sub change" }, [el("span", { cls: "tag change-" + r.change.replace(/ /g, "-"), text: r.change }), similar + (r.previous_filing ? " \u00b7 since " + r.previous_filing : "")])];
+    if (r.redline && r.change !== "unchanged") out.push(redline(r.redline));
+    var text = r.previous_page_id === null ? undefined : PRISM.p[r.previous_page_id];
+    if (typeof text === "string") {
+      out.push(el("details", { cls: "previous" }, [
+        el("summary", { cls: "previous-link", text: "the previous filing's page " + r.previous_page + " (" + r.previous_filing + ")" }),
+        el("pre", { cls: "page", text: text })
+      ]));
+    }
+    return out;
+  }
+
+  function redline(text) {
+    // "[-gone words-]" and "{+new words+}" as <del> and <ins>, every piece set as text
+    var box = el("div", { cls: "redline" });
+    var marks = /\[-([\s\S]*?)-\]|\{\+([\s\S]*?)\+\}/g, at = 0, found;
+    while ((found = marks.exec(text)) !== null) {
+      if (found.index > at) box.appendChild(document.createTextNode(text.slice(at, found.index)));
+      box.appendChild(found[1] !== undefined ? el("del", { text: found[1] }) : el("ins", { text: found[2] }));
+      at = marks.lastIndex;
+    }
+    box.appendChild(document.createTextNode(text.slice(at)));
+    return box;
   }
 
   function pageText(r) {
