@@ -50,16 +50,13 @@ def sim():
 
 def _env(broker: str, s3: str, sim: Simulator, **extra: str) -> dict[str, str]:
     # These runs count every request the provider answers, batch against online: no check first.
-    return fleet_env(
-        broker,
-        s3,
-        sim.url,
-        PRISM_BATCH_POLL_S="0.3",
-        PRISM_BATCH_GATHER_S="2.0",  # a small run's requests all reach its first batch, however busy the machine
-        PRISM_STALL_S="60",
-        PRISM_CHECK_SYSTEM_PROMPT="false",
-        **extra,
-    )
+    given = {
+        "PRISM_BATCH_POLL_S": "0.3",
+        "PRISM_BATCH_GATHER_S": "2.0",  # a small run's requests all reach its first batch, however busy the machine
+        "PRISM_STALL_S": "60",
+        "PRISM_CHECK_SYSTEM_PROMPT": "false",
+    }
+    return fleet_env(broker, s3, sim.url, **(given | extra))
 
 
 def _run(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -164,7 +161,8 @@ def test_a_batch_cancelled_mid_run_keeps_its_answers_and_sends_the_rest_again(
     def cancel_the_first_batch_midway() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            first = next(iter(sim.batch.batches.values()), None)
+            # The first batch of several lines: one that ends with some answered and some not.
+            first = next((b for b in sim.batch.batches.values() if len(b.lines) >= 3), None)
             if first is not None and client.batches.retrieve(first.id).request_counts.completed >= 2:
                 client.batches.cancel(first.id)
                 cancelled.append(first.id)
@@ -175,7 +173,7 @@ def test_a_batch_cancelled_mid_run_keeps_its_answers_and_sends_the_rest_again(
     canceller = threading.Thread(target=cancel_the_first_batch_midway, daemon=True)
     canceller.start()
     source = upload_input(s3_server, bucket, "in/cancel.jsonl.gz", documents=3, pages=1)
-    env = _env(broker, s3_server, sim)
+    env = _env(broker, s3_server, sim, PRISM_BATCH_GATHER_S="5")  # the run's requests in one batch
     start_worker(env)
     _run(["run", source, "--results", f"s3://{bucket}/prism", "--run-id", "cancel", "--via", "batch"], env, tmp_path)
     canceller.join(5)
