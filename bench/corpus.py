@@ -145,7 +145,8 @@ def main() -> None:
         from rich.console import Console
 
         from producer.config import resolved_config
-        from producer.runs import Runs, new_run_id
+        from producer.reader import new_run_id
+        from producer.runs import Runs
         from producer.spec import RunSpec
         from workers.settings import load_settings
 

@@ -236,7 +236,8 @@ def zero_dollar_run(work: Path, questions: Path, chunk_ranker: str | None) -> di
     from rich.console import Console
 
     from producer.config import resolved_config
-    from producer.runs import Runs, new_run_id
+    from producer.reader import new_run_id
+    from producer.runs import Runs
     from producer.spec import RunSpec
     from workers import logs
     from workers.runfiles import RunLayout
