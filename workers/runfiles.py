@@ -120,7 +120,7 @@ class RunFiles:
             try:
                 self._status = self.manifest().status
             except KeyError:
-                self._status = "planning"  # a new run
+                self._status = manifest.status  # a new run starts where its writer says (a finished import too)
         if manifest.status not in MOVES[self._status]:
             raise ValueError(f"run {manifest.run_id}: its status cannot move from {self._status} to {manifest.status}")
         put_model(self.store, self.layout.file("manifest.json"), manifest)
