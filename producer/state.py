@@ -24,7 +24,7 @@ class RunState:
         self.results: dict[str, JobResult] = {}  # by store key
         self.failures: dict[str, Failure] = {}  # input errors, failed jobs and budget skips
         self.spent: dict[str, Spent] = {}
-        self.referenced: set[str] = set()  # the reference records read
+        self.referenced: set[str] = set()  # the reference records and question plans read
 
     def poll(self) -> RunState:
         layout = self.layout
@@ -73,10 +73,13 @@ class RunState:
 
     def _plans(self) -> Iterable[dict]:
         """The questions' plans as the store holds them: gathered into questions.jsonl once the
-        run is finalized, or one a question where nothing beside the store keeps them."""
+        run is finalized, or one a question where nothing beside the store keeps them (each read
+        once: a question's plan is written when its planning ends)."""
         yield from self.files.questions()
         for key in self.store.keys(self.layout.file("questions/")):
-            yield json.loads(self.store.get(key))
+            if key not in self.referenced:
+                self.referenced.add(key)
+                yield json.loads(self.store.get(key))
 
     def _without_result(self, kind: str) -> list[Failure]:
         done = {(r.task, r.query_id) for r in self.results.values()}

@@ -45,7 +45,8 @@ class StoreBatchQueue:
 
     def __init__(self, store: Store, job: Job, retry_in: float):
         self.store, self.job, self.retry_in = store, job, retry_in
-        self.run_id, self.layout, self.files = job.run_id, RunLayout(job.run_id), RunFiles(store, job.run_id)
+        self.run_id, self.files = job.run_id, RunFiles(store, job.run_id)
+        self.layout = self.files.layout
 
     def defer(self, key: str, stage: Stage, model: str, body: dict) -> bool:
         if self.store.exists(self.layout.batch("online", key)):
@@ -93,7 +94,8 @@ class BatchDriver:
         self.store, self.run_id, self.gateway, self.limits = store, run_id, gateway, limits
         self.cache: Cache = gateway.cache
         self.budget = budget  # the run's cap: charged with each answered line, once
-        self.layout, self.files = RunLayout(run_id), RunFiles(store, run_id)
+        self.files = RunFiles(store, run_id)
+        self.layout = self.files.layout
         self.records: dict[str, dict] = {}
         self.pending: dict[str, dict] = {}
 

@@ -29,7 +29,7 @@ from prism import batch
 from prism.endpoints import SELF_HOSTED_SLOTS, Endpoint, RequestOptions, RetryPolicy, ServerFacts
 from prism.llm.errors import BatchApiError
 from prism.llm.ports import Cache, Circuit, Limiter, NoLimiter
-from prism.llm.replies import describe, is_retryable
+from prism.llm.replies import describe, is_retryable, usage_of
 from prism.llm.steps import Reply, Request, backoff, chain
 from prism.models import CallRecord, Stage
 from prism.pricing import PriceTable
@@ -95,7 +95,8 @@ class Gateway:
 
     def _transport(self, request: Request) -> Reply:
         raw = request.send(self._client(request.endpoint))
-        return Reply(response=raw.parse(), headers=raw.headers)
+        response = raw.parse()
+        return Reply(response=response, headers=raw.headers, usage=usage_of(response))
 
     @property
     def counter(self) -> TokenCounter:

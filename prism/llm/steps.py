@@ -43,7 +43,6 @@ from prism.llm.replies import (
     overflow_context,
     prompt_gap,
     retry_after,
-    usage_of,
 )
 from prism.models import CallRecord, Stage, Usage
 from prism.pricing import PriceTable
@@ -95,6 +94,7 @@ class Reply:
 
     response: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    usage: Usage | None = None  # what the server reported using; None: it reported nothing
     body: dict = field(default_factory=dict)
     call: CallRecord | None = None
     accounted: bool = False  # recorded elsewhere already (a batch answer, by the batch driver)
@@ -279,8 +279,7 @@ class Metering(Step):
     the tier that answered; a failure becomes an LlmError carrying its record."""
 
     def after(self, request: Request, reply: Reply) -> None:
-        response, model = reply.response, request.model
-        usage = usage_of(response)
+        response, model, usage = reply.response, request.model, reply.usage
         # The tier that answered: a flex request may be served at another tier, and billed so.
         served = getattr(response, "service_tier", None)
         tier = "flex" if served == "flex" else "standard" if served else request.tier
@@ -376,8 +375,8 @@ class RateLimit(Step):
 
     def after(self, request: Request, reply: Reply) -> None:
         assert request.reservation is not None
-        usage = usage_of(reply.response)
-        self.parts.limiter.settle(request.reservation, usage.total_tokens if usage else None, reply.headers)
+        used = reply.usage.total_tokens if reply.usage else None
+        self.parts.limiter.settle(request.reservation, used, reply.headers)
 
     def failed(self, request: Request, err: Exception) -> Exception:
         import openai
