@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, field_validator
 
+from prism.adaptive import UPPER_BOUND
+
 OutputCapParam = Literal["auto", "max_completion_tokens", "max_tokens", "both"]
 FLEX_TIMEOUT_S = 900.0  # flex requests may queue: a longer default timeout
 
@@ -61,9 +63,10 @@ HOSTED = frozenset(
     }
 )
 HOSTED_SUFFIXES = (".openai.azure.com", ".services.ai.azure.com")
-# A server a team runs that says nothing of itself (llama-cpp-python, Ollama): one request at a
-# time, and a context no model of that kind lacks. Each is said at the start of a run.
-SELF_HOSTED_SLOTS = 1
+# A server a team runs that says nothing of itself (llama-cpp-python, Ollama): its in-flight limit
+# starts at one request and adapts (prism.adaptive), and its context is one no model of that kind
+# lacks. Each is said at the start of a run.
+SELF_HOSTED_START = 1
 SELF_HOSTED_CONTEXT = 4096
 CONTEXT_MARGIN = 0.1  # of the context: tokenizers differ from ours; chat templates add their own
 
@@ -86,6 +89,27 @@ class ServerFacts:
     def source_of(self, fact: str) -> str | None:
         """Where ``fact`` ("slots", "context", "enforced_slots", "queue_metric_url") came from."""
         return dict(self.sources).get(fact)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """How many of an (endpoint, model)'s requests go at once, and where that came from: a fixed
+    ``cap`` (PRISM_LLM_CONCURRENCY; 0, a hosted API's: none), or, where ``cap`` is None, an
+    adaptive limit (prism.adaptive) that starts at ``start`` and stays within ``ceiling`` (the
+    slots a server enforces, else the upper bound). ``queue_metric_url``: where the server
+    reports requests waiting; ``timeout_s``: the request timeout, which no step up may reach."""
+
+    cap: int | None
+    source: str
+    start: int = SELF_HOSTED_START
+    ceiling: int = UPPER_BOUND
+    enforced: bool = False
+    queue_metric_url: str | None = None
+    timeout_s: float | None = None
+
+    @property
+    def adaptive(self) -> bool:
+        return self.cap is None
 
 
 def segment_budget(context: int, output_tokens: int, overhead: int) -> int:

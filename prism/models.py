@@ -495,6 +495,8 @@ class RunManifest(BaseModel):
     counts: dict[str, int] = {}  # documents, chunks, invalid_rows, done, failed, pending
     prompt_checks: list[PromptCheck] = []  # per endpoint and model, once when the run starts
     timings: dict[str, float] = {}  # plan_s, wall_s
+    # Each adaptive "<endpoint> <model>": its in-flight limit over the run, [seconds from its start, limit]
+    in_flight: dict[str, list[list[float]]] = {}
 
     @model_validator(mode="before")
     @classmethod

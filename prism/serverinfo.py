@@ -74,6 +74,16 @@ def server_facts(base_url: str, model: str, timeout_s: float = 5.0) -> ServerFac
     return ServerFacts()
 
 
+def queue_waiting(metrics_url: str, timeout_s: float = 1.0) -> int | None:
+    """The requests a vLLM server reports waiting now, read from its /metrics; None where it
+    does not answer."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=timeout_s) as reply:  # noqa: S310 - the configured server
+            return waiting_requests(reply.read().decode(errors="replace"))
+    except (OSError, ValueError):
+        return None
+
+
 def waiting_requests(metrics: str) -> int | None:
     """The requests vLLM reports waiting, from its /metrics text (summed over its models)."""
     found = WAITING.findall(metrics)

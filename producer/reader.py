@@ -28,9 +28,9 @@ from workers import keys
 from workers.circuit import Circuits, endpoints_down
 from workers.corpus import Corpus
 from workers.ledger import Progress, RedisProgress, mark_last_over
-from workers.limiter import RedisSlots
 from workers.runfiles import FINISHED, RunFiles
 from workers.settings import Settings
+from workers.slots import LocalSlots, RedisSlots, SlotsNow, limit_path
 from workers.store import Store, open_store
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -62,15 +62,21 @@ class RunEnd:
 
 class RunReader:
     """Runs as stored. ``stores`` opens a store by URI (the fleet's runtime shares its own);
-    ``progress`` is the fleet's progress counters, where there are any."""
+    ``progress`` is the fleet's progress counters, where there are any; ``slots``, its requests in
+    flight and their limits (an embedded run's own)."""
 
     def __init__(
-        self, settings: Settings, stores: Callable[[str], Store] | None = None, progress: Progress | None = None
+        self,
+        settings: Settings,
+        stores: Callable[[str], Store] | None = None,
+        progress: Progress | None = None,
+        slots: LocalSlots | RedisSlots | None = None,
     ):
         self.settings = settings
         self._opened: dict[str, Store] = {}
         self._stores = stores or self._open
         self._progress = progress
+        self._slots = slots
 
     def _open(self, uri: str) -> Store:
         if uri not in self._opened:
@@ -88,17 +94,23 @@ class RunReader:
             return self._progress
         return RedisProgress(self.redis) if self.redis is not None else None
 
-    def fleet_now(self) -> tuple[list[tuple[str, Outage]], dict[str, tuple[int, int]]]:
+    @cached_property
+    def slots(self) -> LocalSlots | RedisSlots | None:
+        if self._slots is not None:
+            return self._slots
+        return RedisSlots(self.redis) if self.redis is not None else None
+
+    def fleet_now(self) -> tuple[list[tuple[str, Outage]], dict[str, SlotsNow]]:
         """What Redis says of the fleet now, where one is configured: the LLM endpoints that are
-        down, and each capped (endpoint, model)'s slots (held, cap)."""
-        if self.redis is None:
+        down, and each (endpoint, model)'s slots in use and limit."""
+        if self.redis is None or self.slots is None:
             return [], {}
         down = (
             endpoints_down(Circuits(self.redis), self.settings.endpoints().values())
             if self.settings.llm_configured
             else []
         )
-        return down, RedisSlots(self.redis).in_use()
+        return down, self.slots.in_use()
 
     def store(self, uri: str) -> Store:
         return self._stores(uri)
@@ -132,12 +144,22 @@ class RunReader:
             "reused": sum(1 for r in state.results.values() if r.reused_from),
         }
         manifest = _settled(manifest, counts, budget_spent or bool(state.skipped))
+        manifest = manifest.model_copy(update={"in_flight": self._limit_paths(manifest)})
         corpus = Corpus(self.store(manifest.corpus)) if manifest.corpus else None
         cost, metrics = report.write(state, manifest, pending, corpus, self._estimate(manifest, plans, corpus))
         state.files.put_manifest(manifest)
         if manifest.corpus and manifest.status in ENDED:  # what a `--new` run may start from
             mark_last_over(state.store, manifest.corpus, manifest.run_id)
         return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
+
+    def _limit_paths(self, manifest: RunManifest) -> dict[str, list[list[float]]]:
+        """Each adaptive limit's path over the run, where the fleet keeps them (none: as recorded)."""
+        if self.slots is None:
+            return manifest.in_flight
+        since, until = manifest.created_at.timestamp(), (manifest.finished_at or datetime.now(UTC)).timestamp()
+        models = set(manifest.config.models.values())
+        paths = {name: limit_path(points, since, until) for name, points in self.slots.paths().items()}
+        return {name: path for name, path in paths.items() if path and name.split(" ", 1)[-1] in models}
 
     def _estimate(
         self, manifest: RunManifest, plans: list[QuestionPlan], corpus: Corpus | None

@@ -58,7 +58,7 @@ class Runs:
         self.app: Celery = make_app(settings)
         self.app.prism_runtime = self.runtime  # embedded workers rank with the producer's runtime
         self.app.set_current()
-        self.reader = RunReader(settings, self.runtime.store, self.runtime.progress)
+        self.reader = RunReader(settings, self.runtime.store, self.runtime.progress, self.runtime.limiter.slots.board)
 
     # -- start and resume ------------------------------------------------------------------
 

@@ -7,11 +7,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prism.endpoints import SELF_HOSTED_CONTEXT, segment_budget
+from prism.endpoints import SELF_HOSTED_CONTEXT, InFlight, segment_budget
 from prism.models import RunConfig, Stage
-from workers.settings import Settings
+from workers.settings import Settings, named
 
 PROMPT_WORDS = 1000  # a chunk prompt's own tokens around the segment: instructions, question, examples
+
+
+def in_flight_said(limit: InFlight) -> str:
+    """'adapting from 1 request(s) at a time, up to 64 (PRISM_LLM_MAX_IN_FLIGHT): a server that
+    reports no slots', or '4 request(s) at a time, from PRISM_LLM_CONCURRENCY'."""
+    if limit.cap is not None:
+        shown = f"{limit.cap} request(s) at a time" if limit.cap else "no cap on requests at a time"
+        return f"{shown}, from {limit.source}"
+    within = (
+        f"the server's {limit.ceiling} slots" if limit.enforced else f"{limit.ceiling} ({named('llm_max_in_flight')})"
+    )
+    return f"adapting from {limit.start} request(s) at a time, up to {within}: {limit.source}"
 
 
 def fit_servers(config: RunConfig, settings: Settings, say: Callable[[str], None]) -> RunConfig:
@@ -29,9 +41,7 @@ def fit_servers(config: RunConfig, settings: Settings, say: Callable[[str], None
         if (endpoint.key, model) in said or endpoint.hosted:
             continue
         said.add((endpoint.key, model))
-        cap, where = gateway.slots(endpoint, model)
-        shown = f"{cap} request(s) at a time" if cap else "no cap on requests at a time"
-        say(f"{endpoint.base_url} ({model}): {shown}, from {where}")
+        say(f"{endpoint.base_url} ({model}): {in_flight_said(gateway.in_flight(endpoint, model))}")
     chunks: Stage | None = "segments" if "segments" in config.paid_stages() else None
     if chunks is None or "segment_tokens" in settings.model_fields_set:
         return config

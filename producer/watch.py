@@ -25,9 +25,9 @@ from producer.state import RunState, cost_report, usd_text
 from workers import keys
 from workers.batches import batch_summary
 from workers.circuit import outage_text
-from workers.limiter import slots_text
 from workers.runtime import Runtime
 from workers.settings import Settings, named
+from workers.slots import slots_text
 
 Counter = Callable[[], tuple[int, int, bool]]  # outcomes so far, outcomes waited for, whether final
 

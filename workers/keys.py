@@ -55,6 +55,31 @@ def slots_cap(name: str) -> str:
     return f"prism:slots:{name}:cap"
 
 
+# Where the limit adapts: the limit now and why (a hash), its path (a list of [time, limit]),
+# the answers waiting for the controller (a list), and which process steers it (a lease).
+# All expire a day after the last request.
+SLOTS_TTL_S = DAY
+SLOTS_LEAD_S = 5.0  # a controller that stops deciding this long hands the lead to another
+SLOTS_ANSWERS_KEPT = 5000  # answers waiting for a controller, the newest
+SLOTS_PATH_KEPT = 500  # changes of the limit kept, the newest
+
+
+def slots_limit(name: str) -> str:
+    return f"prism:slots:{name}:limit"
+
+
+def slots_path(name: str) -> str:
+    return f"prism:slots:{name}:path"
+
+
+def slots_answers(name: str) -> str:
+    return f"prism:slots:{name}:answers"
+
+
+def slots_lead(name: str) -> str:
+    return f"prism:slots:{name}:lead"
+
+
 # What a self-hosted server's context turned out to be, learned from its overflow replies, by
 # "<endpoint>:<model>": kept for the endpoint, so later requests and runs fit it.
 LLM_CONTEXTS = "prism:llm:contexts"

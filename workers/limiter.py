@@ -26,19 +26,20 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from prism.endpoints import ModelLimits, Rate, parse_rate
+from prism.adaptive import Sample
+from prism.endpoints import InFlight, ModelLimits, Rate, parse_rate
 from prism.llm import RateLimited, Reservation
 from workers import keys
+from workers.slots import FleetSlots, LocalSlots, RedisSlots
 
 if TYPE_CHECKING:  # the client is given: settings load this module's ModelLimits without loading redis
     import redis
 
 EDGE_S = 0.1  # how much longer than its window an entry is kept
-SLOT_POLL_S = 0.05  # how often a request waiting for a slot asks again
 
 
 # KEYS: a log and its sum per limit; ARGV: the entry's id, "force" or "", then per limit its
@@ -203,75 +204,6 @@ class WarmMarks:
             self._local.pop(keys.prompt_warming(key), None)
 
 
-# KEYS: the holders and the cap key; ARGV: the holder, the cap, the lease (ms). 1: the slot is
-# held (taken now, or renewed); 0: every slot is in use.
-_SLOT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('SET', KEYS[2], ARGV[2], 'PX', lease * 4)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], lease * 4)
-  return 1
-end
-return 0
-"""
-
-
-class RedisSlots:
-    """Each (endpoint, model)'s requests in flight, for the whole fleet: leases in Redis."""
-
-    def __init__(self, client: redis.Redis):
-        self.client = client
-        self._take = client.register_script(_SLOT)
-
-    def take(self, name: str, holder: str, cap: int) -> bool:
-        lease_ms = int(keys.SLOT_LEASE_S * 1000)
-        return bool(self._take(keys=[keys.slots(name), keys.slots_cap(name)], args=[holder, cap, lease_ms]))
-
-    def release(self, name: str, holder: str) -> None:
-        self.client.zrem(keys.slots(name), holder)
-
-    def in_use(self) -> dict[str, tuple[int, int]]:
-        """name -> (slots held, cap), of every capped (endpoint, model) in use lately."""
-        out = {}
-        for key in self.client.scan_iter(match=keys.slots("*:cap")):
-            name = (key.decode() if isinstance(key, bytes) else key).removeprefix(keys.slots("")).removesuffix(":cap")
-            held = self.client.zcount(keys.slots(name), time.time() * 1000, "+inf")
-            out[name] = (int(held), int(self.client.get(key) or 0))
-        return out
-
-
-class LocalSlots:
-    """The same in this process, for an embedded run."""
-
-    def __init__(self) -> None:
-        self._held: dict[str, dict[str, float]] = {}  # name -> holder -> its lease's end
-        self._caps: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def take(self, name: str, holder: str, cap: int) -> bool:
-        with self._lock:
-            now, held = time.monotonic(), self._held.setdefault(name, {})
-            for gone in [h for h, end in held.items() if end <= now]:
-                del held[gone]
-            self._caps[name] = cap
-            if holder in held or len(held) < cap:
-                held[holder] = now + keys.SLOT_LEASE_S
-                return True
-            return False
-
-    def release(self, name: str, holder: str) -> None:
-        with self._lock:
-            self._held.get(name, {}).pop(holder, None)
-
-    def in_use(self) -> dict[str, tuple[int, int]]:
-        with self._lock:
-            return {name: (len(held), self._caps[name]) for name, held in self._held.items()}
-
-
 class FleetLimiter:
     def __init__(
         self,
@@ -283,9 +215,7 @@ class FleetLimiter:
         warmup_ttl_s: int = 600,
     ):
         self.windows = RedisWindows(client) if client is not None else LocalWindows()
-        self.slots = RedisSlots(client) if client is not None else LocalSlots()
-        self._leases: dict[tuple[str, str], int] = {}  # (name, holder) -> cap, renewed while held
-        self._renewer: threading.Thread | None = None
+        self.slots = FleetSlots(RedisSlots(client) if client is not None else LocalSlots(), max_block_s)
         self.max_block_s = max_block_s
         self.rates: dict[str, dict[str, Rate]] = {}
         for model, spec in limits.items():
@@ -294,49 +224,26 @@ class FleetLimiter:
                     rate = parse_rate(text)
                     # stay under the provider's exact window by this share
                     self.rates.setdefault(model, {})[kind] = Rate(max(1, int(rate.amount * headroom)), rate.seconds)
-        self.waited_s = 0.0  # time spent blocked here, for the metrics
+        self._waited_s = 0.0  # time spent blocked here
         self.prompt_rate = Rate(prompt_rpm, 60)
         self.marks = WarmMarks(client)
         self.warmup_ttl_s = warmup_ttl_s  # a warm-up claim lapses after this, should its holder die
         self._warming: dict[str, int] = {}  # key -> the thread that holds its warm-up
 
-    @contextmanager
-    def slot(self, endpoint: str, model: str, cap: int) -> Iterator[None]:
-        """Hold one of the (endpoint, model)'s ``cap`` slots while the request runs (0: no cap),
-        waiting up to ``max_block_s``; a longer wait raises RateLimited, so the job steps aside
-        and comes back, holding no worker thread. The lease is renewed while held."""
-        if not cap:
-            yield
-            return
-        name, holder, started = keys.slot_name(endpoint, model), uuid.uuid4().hex, time.monotonic()
-        while not self.slots.take(name, holder, cap):
-            if time.monotonic() - started + SLOT_POLL_S > self.max_block_s:
-                self.waited_s += time.monotonic() - started
-                raise RateLimited(max(1.0, self.max_block_s), f"all {cap} slot(s) of {endpoint} ({model}) in use")
-            time.sleep(SLOT_POLL_S)
-        self.waited_s += time.monotonic() - started
-        self._renewing(name, holder, cap)
-        try:
-            yield
-        finally:
-            self._leases.pop((name, holder), None)
-            self.slots.release(name, holder)
+    @property
+    def waited_s(self) -> float:
+        """Time spent blocked here and waiting for slots, for the metrics (which set it to 0)."""
+        return self._waited_s + self.slots.waited_s
 
-    def _renewing(self, name: str, holder: str, cap: int) -> None:
-        """Keep the lease while its request runs: one thread renews every held slot of this process."""
-        self._leases[(name, holder)] = cap
-        if self._renewer is None or not self._renewer.is_alive():
-            self._renewer = threading.Thread(target=self._renew, name="prism-slot-leases", daemon=True)
-            self._renewer.start()
+    @waited_s.setter
+    def waited_s(self, value: float) -> None:
+        self._waited_s, self.slots.waited_s = value, 0.0
 
-    def _renew(self) -> None:
-        while True:
-            time.sleep(keys.SLOT_LEASE_S / 3)
-            for (name, holder), cap in list(self._leases.items()):
-                try:
-                    self.slots.take(name, holder, cap)
-                except Exception:  # noqa: BLE001 - Redis away a moment: the next round tries again
-                    continue
+    def slot(self, endpoint: str, model: str, limit: InFlight) -> AbstractContextManager[int]:
+        return self.slots.slot(endpoint, model, limit)
+
+    def answered(self, endpoint: str, model: str, limit: InFlight, sample: Sample) -> None:
+        self.slots.answered(endpoint, model, limit, sample)
 
     def _rates(self, model: str) -> dict[str, Rate]:
         return self.rates.get(model) or self.rates.get("*") or {}
@@ -357,10 +264,10 @@ class FleetLimiter:
     def _wait(self, name: str, limits: list[tuple[str, Rate, int]], entry: str, started: float, why: str) -> None:
         while wait := self.windows.take(name, limits, entry):
             if time.monotonic() - started + wait > self.max_block_s:
-                self.waited_s += time.monotonic() - started
+                self._waited_s += time.monotonic() - started
                 raise RateLimited(max(wait, 0.5), why)
             time.sleep(min(wait, 0.5))
-        self.waited_s += time.monotonic() - started
+        self._waited_s += time.monotonic() - started
 
     def _prompt(self, r: Reservation, started: float) -> None:
         """Wait for the key's warm-up (or take it), then a place under the per-key rate."""
@@ -370,7 +277,7 @@ class FleetLimiter:
                 self._warming[key] = threading.get_ident()
                 break
             if time.monotonic() - started + 0.1 > self.max_block_s:
-                self.waited_s += time.monotonic() - started
+                self._waited_s += time.monotonic() - started
                 raise RateLimited(1.0, "another request is warming this prompt's cache")
             time.sleep(0.1)
         try:
@@ -409,9 +316,3 @@ class FleetLimiter:
             behind = counted - self.windows.used(name, kind)
             if behind > 0:  # the provider counts more than we do: take the difference
                 self.windows.take(name, [(kind, rate, min(behind, rate.amount))], uuid.uuid4().hex, force=True)
-
-
-def slots_text(in_use: Mapping[str, tuple[int, int]]) -> str:
-    """'LLM slots 1/1 (http://host:8080/v1 smollm2)': each capped (endpoint, model) lately in use."""
-    shown = [f"{held}/{cap} ({name.split(':', 1)[-1]})" for name, (held, cap) in sorted(in_use.items())]
-    return f"LLM slots {', '.join(shown)}" if shown else ""

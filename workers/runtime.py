@@ -123,6 +123,7 @@ class Runtime:
             s.request_options(),
             self.circuits,
             concurrency=s.llm_concurrency,
+            max_in_flight=s.llm_max_in_flight,
             contexts=LearnedContexts(self.redis),
         )
 

@@ -20,6 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from prism.adaptive import UPPER_BOUND
 from prism.endpoints import FLEX_TIMEOUT_S, Endpoint, ModelLimits, OutputCapParam, RequestOptions, RetryPolicy
 from prism.ingest.models import CHUNK_TOKENS, CHUNK_TOKENS_RANGE, Chunking
 from prism.models import DEFAULT_EMBEDDER, DEFAULT_MODEL, STAGES, RunConfig, Stage
@@ -124,7 +125,10 @@ class Settings(BaseSettings, RunOptions):
     llm_concurrency: dict[str, Annotated[int, Field(ge=0)]] = option(
         {},
         'requests in flight at once per model ("*": any), across the fleet, JSON: {"*": 4}; 0: no cap; '
-        "unset: none for a hosted API, the server's own slots (llama.cpp /props) or 1 for a server a team runs",
+        "unset: none for a hosted API; for a server a team runs, a limit that adapts to its capacity",
+    )
+    llm_max_in_flight: int = option(
+        UPPER_BOUND, "the most requests in flight an adaptive limit grows to, per (endpoint, model)", ge=1
     )
     limiter_max_block_s: float = option(5.0, "the longest wait inside a task; longer ones give the worker back", ge=0)
     check_system_prompt: bool = option(

@@ -20,13 +20,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from prism import batch
-from prism.endpoints import SELF_HOSTED_SLOTS, Endpoint, RequestOptions, RetryPolicy, ServerFacts
+from prism.adaptive import UPPER_BOUND
+from prism.endpoints import SELF_HOSTED_START, Endpoint, InFlight, RequestOptions, RetryPolicy, ServerFacts
 from prism.llm.errors import BatchApiError
 from prism.llm.ports import Cache, Circuit, Limiter, NoLimiter
 from prism.llm.replies import describe, is_retryable, usage_of
@@ -78,9 +79,11 @@ class Gateway:
         circuit: Circuit | None = None,
         concurrency: Mapping[str, int] | None = None,
         contexts: MutableMapping[str, int] | None = None,
+        max_in_flight: int = UPPER_BOUND,
     ):
         self.endpoints = endpoints
         self.concurrency = concurrency or {}  # model ("*": any) -> requests in flight at once; 0: no cap
+        self.max_in_flight = max_in_flight  # where the limit adapts: the most it grows to
         self.contexts = {} if contexts is None else contexts  # "<endpoint>:<model>" -> context learned
         self._servers: dict[tuple[Endpoint, str], ServerFacts] = {}
         self.prices = prices
@@ -198,19 +201,29 @@ class Gateway:
             self._servers[endpoint, model] = server_facts(endpoint.base_url or "", model)
         return self._servers[endpoint, model]
 
-    def slots(self, endpoint: Endpoint, model: str) -> tuple[int, str]:
-        """The requests (endpoint, model) takes at once (0: no cap), and where that came from."""
+    def in_flight(self, endpoint: Endpoint, model: str) -> InFlight:
+        """How many of (endpoint, model)'s requests go at once: a cap given or a hosted API's none,
+        else a limit that adapts, from what the server says of its slots, else from one."""
         given = self.concurrency.get(model, self.concurrency.get("*"))
         if given is not None:
-            return given, "PRISM_LLM_CONCURRENCY"
+            return InFlight(given, "PRISM_LLM_CONCURRENCY")
         if endpoint.hosted:
-            return 0, "a hosted API: its per-minute limits, no cap"
+            return InFlight(0, "a hosted API: its per-minute limits, no cap")
         facts = self.server(endpoint, model)
-        if facts.slots:  # computed at once (llama.cpp)
-            return facts.slots, f"the server's {facts.source_of('slots')}"
-        if facts.enforced_slots:  # taken before it refuses (TGI)
-            return facts.enforced_slots, f"the server's {facts.source_of('enforced_slots')}"
-        return SELF_HOSTED_SLOTS, "the default for a server that reports no slots"
+        adapting = InFlight(
+            None,
+            "a server that reports no slots",
+            SELF_HOSTED_START,
+            self.max_in_flight,
+            queue_metric_url=facts.queue_metric_url,
+            timeout_s=self.policy.timeout_s,
+        )
+        # The slots llama.cpp computes at once, or the requests TGI takes before it refuses: a ceiling.
+        if said := facts.slots or facts.enforced_slots:
+            where = facts.source_of("slots" if facts.slots else "enforced_slots")
+            ceiling = min(said, self.max_in_flight)
+            return replace(adapting, source=f"the server's {where}", start=ceiling, ceiling=ceiling, enforced=True)
+        return adapting
 
     def context(self, endpoint: Endpoint, model: str) -> tuple[int | None, str]:
         """The (endpoint, model)'s context in tokens, and where it came from; None: unknown."""

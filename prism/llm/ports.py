@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
+from prism.adaptive import Sample
+from prism.endpoints import InFlight
 from prism.models import CallRecord, Stage
 
 # An endpoint that is down: calls wait about as long as it has been down, within these bounds
@@ -50,8 +52,13 @@ class Limiter(Protocol):
 
     def settle(self, reservation: Reservation, used: int | None, headers: Mapping[str, str]) -> None: ...
 
-    def slot(self, endpoint: str, model: str, cap: int) -> AbstractContextManager[None]:
-        """One of ``cap`` requests in flight to (endpoint, model), held while the request runs."""
+    def slot(self, endpoint: str, model: str, limit: InFlight) -> AbstractContextManager[int]:
+        """One of (endpoint, model)'s requests in flight, held while an attempt runs: the
+        requests in flight as it was taken, itself included (0: not counted, no cap)."""
+        ...
+
+    def answered(self, endpoint: str, model: str, limit: InFlight, sample: Sample) -> None:
+        """How an attempt under an adaptive limit ended: what steers the limit."""
         ...
 
 
@@ -62,8 +69,11 @@ class NoLimiter:
     def settle(self, reservation: Reservation, used: int | None, headers: Mapping[str, str]) -> None:
         return None
 
-    def slot(self, endpoint: str, model: str, cap: int) -> AbstractContextManager[None]:
-        return nullcontext()
+    def slot(self, endpoint: str, model: str, limit: InFlight) -> AbstractContextManager[int]:
+        return nullcontext(0)
+
+    def answered(self, endpoint: str, model: str, limit: InFlight, sample: Sample) -> None:
+        return None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
-from prism.endpoints import Endpoint, RetryPolicy
+from prism.adaptive import Outcome, Sample
+from prism.endpoints import Endpoint, InFlight, RetryPolicy
 from prism.llm.errors import AwaitingBatch, ContextTooLong, LlmError, ProviderUnavailable
 from prism.llm.ports import (
     BatchQueue,
@@ -110,7 +111,7 @@ class Parts(Protocol):
     circuit: Circuit | None
     contexts: MutableMapping[str, int]
 
-    def slots(self, endpoint: Endpoint, model: str) -> tuple[int, str]: ...
+    def in_flight(self, endpoint: Endpoint, model: str) -> InFlight: ...
 
 
 Proceed = Callable[[Request], Reply]
@@ -355,12 +356,38 @@ class Retries(Step):
 
 class Slots(Step):
     """One of the (endpoint, model)'s requests in flight at once, held while an attempt runs: its
-    wait is not part of the request's timeout."""
+    wait is not part of the request's timeout. Where the limit adapts, how each attempt ended
+    (its latency and size, a timeout, an overload) is reported to steer it."""
 
     def handle(self, request: Request, proceed: Proceed) -> Reply:
-        cap, _ = self.parts.slots(request.endpoint, request.model)
-        with self.parts.limiter.slot(request.endpoint.key, request.model, cap):
-            return proceed(request)
+        limit, limiter = self.parts.in_flight(request.endpoint, request.model), self.parts.limiter
+        with limiter.slot(request.endpoint.key, request.model, limit) as in_flight:
+            started = time.monotonic()
+            try:
+                reply = proceed(request)
+            except Exception as err:
+                if limit.adaptive and (outcome := capacity_signal(err)):
+                    sample = Sample(time.monotonic() - started, request.prompt, 0, outcome, in_flight or None)
+                    limiter.answered(request.endpoint.key, request.model, limit, sample)
+                raise
+            if limit.adaptive:
+                used = reply.usage
+                prompt, output = (used.prompt_tokens, used.completion_tokens) if used else (request.prompt, 0)
+                sample = Sample(time.monotonic() - started, prompt, output, "ok", in_flight or None)
+                limiter.answered(request.endpoint.key, request.model, limit, sample)
+            return reply
+
+
+def capacity_signal(err: Exception) -> Outcome | None:
+    """What an attempt's error says of the server's capacity: it gave up waiting ("timeout"), the
+    server refused for load (a 429 or 503, "overloaded"); None: nothing."""
+    import openai
+
+    if isinstance(err, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(err, openai.APIStatusError) and err.status_code in (429, 503):
+        return "overloaded"
+    return None
 
 
 class RateLimit(Step):

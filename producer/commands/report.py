@@ -29,7 +29,7 @@ def status(run_id: str, **options: Any) -> None:
     from producer.state import RunState, cost_report, usd_text
     from workers.batches import batch_summary
     from workers.circuit import outage_text
-    from workers.limiter import slots_text
+    from workers.slots import slots_text
 
     runs = open_reader(settings_with(options))
     store, manifest = runs.refresh(run_id, None)

@@ -13,15 +13,17 @@ import time
 
 import pytest
 
-from prism.endpoints import Endpoint, RetryPolicy
+from prism.endpoints import Endpoint, InFlight, RetryPolicy
 from prism.llm import ContextTooLong, Gateway, RateLimited
 from prism.pricing import PriceTable
 from prism.testing.simulator import SimulatorConfig
 from producer.sample import SAMPLE
 from workers import keys
-from workers.limiter import FleetLimiter, RedisSlots, slots_text
+from workers.limiter import FleetLimiter
+from workers.slots import RedisSlots, SlotsNow, slots_text
 from workers.testing import fleet_env, prism_cli
 
+ONE = InFlight(1, "a test's cap")
 MESSAGES = [{"role": "user", "content": "Rank these passages for the question. [1] revenue [2] risk"}]
 
 
@@ -77,14 +79,17 @@ def test_the_cap_holds_across_the_fleet_and_a_killed_workers_slot_comes_back(red
     assert RedisSlots(client).take(name, "a-worker-killed-mid-request", 1)  # never released
     limiter = FleetLimiter(client, {}, max_block_s=0.2)
     with pytest.raises(RateLimited, match=r"all 1 slot\(s\) of .* in use"):
-        with limiter.slot(endpoint, model, 1):
+        with limiter.slot(endpoint, model, ONE):
             pass
-    assert limiter.slots.in_use()[name] == (1, 1)  # what `prism status` shows
-    assert slots_text({name: (1, 1)}) == f"LLM slots 1/1 (http://127.0.0.1:1/v1 {model})"
+    assert limiter.slots.in_use()[name] == SlotsNow(1, 1)  # what `prism status` shows
+    assert slots_text({name: SlotsNow(1, 1)}) == f"LLM slots 1/1 (http://127.0.0.1:1/v1 {model})"
+    adapting = SlotsNow(11, 12, "adapting: latency 1.10x its floor, throughput still rising")
+    said = "LLM 12 at a time (adapting: latency 1.10x its floor, throughput still rising), 11 in flight"
+    assert slots_text({name: adapting}) == f"{said} (http://127.0.0.1:1/v1 {model})"
     time.sleep(1.1)  # its lease lapses
-    with limiter.slot(endpoint, model, 1):
-        assert limiter.slots.in_use()[name] == (1, 1)
-    assert limiter.slots.in_use()[name] == (0, 1)
+    with limiter.slot(endpoint, model, ONE):
+        assert limiter.slots.in_use()[name] == SlotsNow(1, 1)
+    assert limiter.slots.in_use()[name] == SlotsNow(0, 1)
 
 
 def test_a_long_request_keeps_its_slot_past_the_lease(redis_url, monkeypatch):
@@ -94,26 +99,29 @@ def test_a_long_request_keeps_its_slot_past_the_lease(redis_url, monkeypatch):
     monkeypatch.setattr(keys, "SLOT_LEASE_S", 0.6)
     endpoint, model = "openai:http://127.0.0.1:2/v1", f"test-{time.time_ns()}"
     holder, other = FleetLimiter(client, {}, max_block_s=0.1), FleetLimiter(client, {}, max_block_s=0.1)
-    with holder.slot(endpoint, model, 1):
+    with holder.slot(endpoint, model, ONE):
         time.sleep(1.5)  # well past one lease: renewed meanwhile
         with pytest.raises(RateLimited):
-            with other.slot(endpoint, model, 1):
+            with other.slot(endpoint, model, ONE):
                 pass
 
 
-def test_the_cap_and_the_context_come_from_what_the_server_says(fresh_simulator):
+def test_the_limit_and_the_context_come_from_what_the_server_says(fresh_simulator):
     fresh_simulator.config = SimulatorConfig(mode="lexical", slots=3, props=True, context_tokens=8192)
     gateway = _gateway(fresh_simulator)
     endpoint = gateway.endpoint("segments")
-    assert gateway.slots(endpoint, "local") == (3, "the server's /props total_slots")
+    said = gateway.in_flight(endpoint, "local")  # llama.cpp's slots: where it starts, and its ceiling
+    assert (said.adaptive, said.start, said.ceiling, said.enforced) == (True, 3, 3, True)
+    assert said.source == "the server's /props total_slots"
     assert gateway.context(endpoint, "local") == (8192, "the server's /props n_ctx")
     fresh_simulator.config = SimulatorConfig(mode="lexical")  # says nothing, as llama-cpp-python
     quiet = _gateway(fresh_simulator)
-    assert quiet.slots(endpoint, "local") == (1, "the default for a server that reports no slots")
+    said = quiet.in_flight(endpoint, "local")  # from one request, up to the bound
+    assert (said.adaptive, said.start, said.ceiling, said.enforced) == (True, 1, 64, False)
     assert quiet.context(endpoint, "local")[0] is None
-    assert _gateway(fresh_simulator, {"local": 2}).slots(endpoint, "local") == (2, "PRISM_LLM_CONCURRENCY")
+    assert _gateway(fresh_simulator, {"local": 2}).in_flight(endpoint, "local") == InFlight(2, "PRISM_LLM_CONCURRENCY")
     hosted = Endpoint(api_key="sk-test")
-    assert quiet.slots(hosted, "gpt-5-mini")[0] == 0
+    assert quiet.in_flight(hosted, "gpt-5-mini").cap == 0
 
 
 @pytest.mark.parametrize("shape", ["openai", "llama.cpp"])
@@ -143,10 +151,13 @@ def test_a_run_fits_its_segments_to_the_servers_context_and_says_its_cap(tmp_pat
     run = ["run", "--questions", str(SAMPLE / "questions.jsonl"), "--corpus", "corpus", "--limit", "1"]
     done = prism_cli([*run, "--run-id", "fitted"], env, tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "(gpt-5-mini): 2 request(s) at a time, from the server's /props total_slots" in done.stderr
+    said = "(gpt-5-mini): adapting from 2 request(s) at a time, up to the server's 2 slots: the server's /props total_slots"
+    assert said in done.stderr
     assert "a context of 6,000 (the server's /props n_ctx)" in done.stderr
     manifest = json.loads((tmp_path / "results" / "runs" / "fitted" / "manifest.json").read_text())
     assert 256 <= manifest["config"]["segment_tokens"] < 6000 - 1000
+    (name, path), *others = manifest["in_flight"].items()  # the limit's path over the run
+    assert not others and name.endswith(" gpt-5-mini") and path[0][1] == 2 and all(p[1] <= 2 for p in path)
     given = prism_cli([*run, "--run-id", "given"], env | {"PRISM_SEGMENT_TOKENS": "3000"}, tmp_path, timeout=300)
     assert given.returncode == 0 and "segments of" not in given.stderr
     manifest = json.loads((tmp_path / "results" / "runs" / "given" / "manifest.json").read_text())
