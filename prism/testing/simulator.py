@@ -41,6 +41,7 @@ import random
 import re
 import select
 import socket
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -162,7 +163,7 @@ class Simulator:
         self._tokens = TokenCounter()
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of requests served
         self.served: list[tuple[float, int]] = []  # (monotonic time, tokens) of every request answered
-        self._server = ThreadingHTTPServer((host, port), _handler(self))
+        self._server = _Server((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
         self.batch = BatchApi(self.answer)  # /v1/files and /v1/batches
@@ -233,6 +234,10 @@ class Simulator:
             self.stats["busy_ms"] += round(seconds * 1000)
             self.stats["useful_ms" if read else "abandoned_ms"] += round(seconds * 1000)
             self.stats["answered" if read else "abandoned"] += 1
+
+    def count(self, stat: str, n: int = 1) -> None:
+        with self._lock:
+            self.stats[stat] += n
 
     def props(self) -> dict | None:
         """llama.cpp's /props, where this server says it (config.props, or as llama.cpp)."""
@@ -695,6 +700,13 @@ def _waiting(connection: socket.socket) -> bool:
         return False
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away mid-request (killed, timed out) is no error of the server's."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def _computed(sim: Simulator, handler: BaseHTTPRequestHandler, answer, body: dict) -> tuple[int, dict, dict[str, str]]:
     """The reply, once the server has computed it through its slots or its batch (to its end,
     whether or not the client is still there)."""
@@ -707,7 +719,10 @@ def _computed(sim: Simulator, handler: BaseHTTPRequestHandler, answer, body: dic
         elif delay:
             time.sleep(delay)
         if sim.config.slots or batch is not None:
-            sim.computed(took if batch is not None else time.monotonic() - started, _waiting(handler.connection))
+            read = _waiting(handler.connection)
+            sim.computed(took if batch is not None else time.monotonic() - started, read)
+            if read and status == 200:  # completed work: the prompt tokens of answers a client read
+                sim.count("read_prompt_tokens", int((payload.get("usage") or {}).get("prompt_tokens") or 0))
     return status, payload, headers
 
 
