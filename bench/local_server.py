@@ -5,15 +5,17 @@ request timeout (PRISM_LLM_TIMEOUT_S: 4 s, 2 s with --quick), and four senders (
 run's worker threads) rank the bundled EDGAR sample's first questions (4, or 2 with --quick) with
 the LLM chunk ranker in segments of 12,000 tokens
 (documents by the $0 prior, so every request is a chunk ranking). Twice: without a cap on
-requests in flight (PRISM_LLM_CONCURRENCY={"*": 0}), then with the default a server that reports
-no slots gets (one at a time). A timed-out request is sent again with the default backoff (up to
-60 s apart) until it is answered, so both runs rank every question.
+requests in flight (PRISM_LLM_CONCURRENCY={"*": 0}), then capped at one at a time (set:
+PRISM_LLM_CONCURRENCY={"*": 1}), then with nothing set, as a server that reports no slots gets it:
+a limit that adapts (prism.adaptive), starting at one. A timed-out request is sent again with the
+default backoff (up to 60 s apart) until it is answered, so every run ranks every question.
 
 - `timeouts_uncapped`, `timeouts_capped`: attempts that timed out, from each run's cost report.
 - `useful_share_uncapped`, `useful_share_capped`: the server's seconds on answers a client read,
   over its busy seconds (the simulator's own count: an answer is read when its client is still
   connected as it is sent).
 - `wall_ratio`: the capped run's wall time over the uncapped one's; both rank every question.
+- `timeouts_adaptive`, `useful_share_adaptive`: the same with the adaptive limit.
 
     python bench/local_server.py [--quick]
 """
@@ -40,6 +42,9 @@ KEYS = (
     "questions",
     "wall_s_uncapped",
     "wall_s_capped",
+    "timeouts_adaptive",
+    "useful_share_adaptive",
+    "wall_s_adaptive",
 )
 TIMEOUT_S = 4.0  # the request timeout; --quick: 2 s. The server's service time is half of it.
 
@@ -86,7 +91,7 @@ def ranked(sim: Simulator, work: Path, questions: Path, name: str, concurrency: 
         "timeouts": cost["timeouts"],
         "useful": sim.stats["useful_ms"] / busy,
         "done": manifest["counts"]["done"],
-        "said": [line for line in done.stderr.splitlines() if "request(s) at a time" in line],
+        "said": [line for line in done.stderr.splitlines() if "at a time" in line],
     }
 
 
@@ -105,12 +110,12 @@ def main() -> None:
         sim = Simulator(SimulatorConfig(mode="lexical", latency_s=timeout_s / 2, slots=1)).start()
         try:
             uncapped = ranked(sim, work, questions, "uncapped", '{"*": 0}', timeout_s)
-            # the default for a server that reports no slots: one at a time
-            capped = ranked(sim, work, questions, "capped", "{}", timeout_s)
+            capped = ranked(sim, work, questions, "capped", '{"*": 1}', timeout_s)
+            adaptive = ranked(sim, work, questions, "adaptive", "{}", timeout_s)  # nothing set
         finally:
             sim.stop()
-    assert uncapped["done"] == capped["done"] == n, (uncapped, capped)
-    print(*capped["said"], sep="\n")
+    assert uncapped["done"] == capped["done"] == adaptive["done"] == n, (uncapped, capped, adaptive)
+    print(*capped["said"], *adaptive["said"], sep="\n")
     report(
         timeouts_uncapped=uncapped["timeouts"],
         timeouts_capped=capped["timeouts"],
@@ -120,6 +125,9 @@ def main() -> None:
         questions=n,
         wall_s_uncapped=round(uncapped["wall"], 1),
         wall_s_capped=round(capped["wall"], 1),
+        timeouts_adaptive=adaptive["timeouts"],
+        useful_share_adaptive=round(adaptive["useful"], 3),
+        wall_s_adaptive=round(adaptive["wall"], 1),
     )
 
 

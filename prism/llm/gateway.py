@@ -11,7 +11,8 @@ The output cap goes in the field the endpoint reads (``max_completion_tokens`` f
 Azure, ``max_tokens`` for other OpenAI-compatible servers, or both). Provider prompt caching: a
 prompt long enough to be cached (CACHE_MIN_TOKENS) is sent with a ``prompt_cache_key`` per
 (model, prefix) that the caller names (a filing segment's content), and with 24 h retention where
-the model has it. The flex tier sends ``service_tier="flex"``, is priced at half, and its 429
+the model has it; where no in-flight limit applies (a hosted API), requests of one key are also
+warmed and paced by the limiter. The flex tier sends ``service_tier="flex"``, is priced at half, and its 429
 "resource unavailable" is retried.
 """
 
@@ -138,6 +139,11 @@ class Gateway:
             key = extra["prompt_cache_key"] = prompt_cache_key(model, shared_prefix)
             if RETENTION_24H.match(model):
                 extra["prompt_cache_retention"] = "24h"
+            # A provider spreads one key's requests over its machines past a rate, so they are
+            # warmed and paced by key; a server under an in-flight limit (one a team runs) keeps
+            # its prefix cache on its own machines, and pacing would only slow it.
+            if self.in_flight(self.endpoint(stage), model).cap != 0:
+                key = None
         reply = self._send(
             Request(
                 stage,

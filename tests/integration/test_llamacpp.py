@@ -98,8 +98,9 @@ def test_a_run_against_llamacpp_ranks_every_query_in_minutes(llamacpp_server, tm
 @pytest.mark.timeout(3600)  # on 2 CPU cores: some 200 segments at about 7 s each, one at a time
 def test_a_question_set_on_a_one_slot_server_needs_no_setting_but_its_url(llamacpp_server, tmp_path):
     """Four questions over the bundled EDGAR filings with the LLM chunk ranker, with nothing set
-    but the base URL and the model: one request at a time (the default for a server that
-    reports no slots), segments that fit its context, no request timed out."""
+    but the base URL and the model: a limit that adapts from one request at a time (the server
+    reports no slots) and stays within what it computes at once (one, queueing a second at
+    most while it probes), segments that fit its context, no request timed out."""
     from producer.sample import SAMPLE
 
     url, model = llamacpp_server
@@ -113,10 +114,13 @@ def test_a_question_set_on_a_one_slot_server_needs_no_setting_but_its_url(llamac
     args = ["run", "--questions", str(questions), "--corpus", "corpus", "--chunk-ranker", "llm", "--run-id", "q4"]
     done = prism_cli(args, env, tmp_path, timeout=3400)
     assert done.returncode in (0, 3), done.stderr[-3000:]
-    assert "1 request(s) at a time, from the default for a server that reports no slots" in done.stderr
+    assert "adapting from 1 request(s) at a time, up to 64 (PRISM_LLM_MAX_IN_FLIGHT)" in done.stderr
     assert "a context of 4,096 (a conservative default for a server that reports none)" in done.stderr
     base = tmp_path / "results" / "runs" / "q4"
     manifest, cost = (json.loads((base / name).read_text()) for name in ("manifest.json", "cost.json"))
     assert manifest["counts"]["failed"] == 0 and cost["total"]["timeouts"] == 0
+    (path,) = manifest["in_flight"].values()  # [seconds from the run's start, limit]
+    print(f"the limit's path: {path}")
+    assert max(limit for _, limit in path) <= 2 and path[-1][1] == 1
     (check,) = manifest["prompt_checks"]
     assert check["dropped"] is False  # kept: SmolLM2's ChatML template reads the system prompt
