@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -98,9 +99,12 @@ class Gateway:
         self._send = chain(self, self._transport)
 
     def _transport(self, request: Request) -> Reply:
-        raw = request.send(self._client(request.endpoint))
+        client = self._client(request.endpoint)  # made (the SDK imported) before the clock starts
+        started = time.monotonic()
+        raw = request.send(client)
+        sent_s = time.monotonic() - started
         response = raw.parse()
-        return Reply(response=response, headers=raw.headers, usage=usage_of(response))
+        return Reply(response=response, headers=raw.headers, usage=usage_of(response), sent_s=sent_s)
 
     @property
     def counter(self) -> TokenCounter:

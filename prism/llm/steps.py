@@ -96,6 +96,7 @@ class Reply:
     response: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
     usage: Usage | None = None  # what the server reported using; None: it reported nothing
+    sent_s: float | None = None  # from the request sent to its reply read: the server's time and the wire's
     body: dict = field(default_factory=dict)
     call: CallRecord | None = None
     accounted: bool = False  # recorded elsewhere already (a batch answer, by the batch driver)
@@ -373,7 +374,8 @@ class Slots(Step):
             if limit.adaptive:
                 used = reply.usage
                 prompt, output = (used.prompt_tokens, used.completion_tokens) if used else (request.prompt, 0)
-                sample = Sample(time.monotonic() - started, prompt, output, "ok", in_flight or None)
+                latency = reply.sent_s if reply.sent_s is not None else time.monotonic() - started
+                sample = Sample(latency, prompt, output, "ok", in_flight or None)
                 limiter.answered(request.endpoint.key, request.model, limit, sample)
             return reply
 
