@@ -12,12 +12,15 @@ sent together both miss. Deterministic for a given sequence of requests and cloc
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+MAX_BLOCKS = 200_000  # cached prefixes a machine holds
 
 
 @dataclass
@@ -65,9 +68,13 @@ class PromptCache:
             if len(tokens) < m.min_tokens:
                 return 0, machine
             cache = self._machines[machine]
-            if len(cache) > 200_000:
+            if len(cache) > MAX_BLOCKS:
+                # Full, as a machine's memory is: the expired go, then the oldest written, down to
+                # half, so that a long run pays for this once in a while, not on every request.
                 for stale in [d for d, (_, end) in cache.items() if end <= now]:
                     del cache[stale]
+                for oldest in list(itertools.islice(cache, max(0, len(cache) - MAX_BLOCKS // 2))):
+                    del cache[oldest]
             cached, hit_run = 0, True
             digest, start = hashlib.sha256(), 0
             expires = now + (m.long_s if long else m.idle_s)
