@@ -37,7 +37,8 @@ the answers it is still waiting for count as read), the server drains, and it is
 - `fixed_cap_max_in_flight`: the most requests at the server with PRISM_LLM_CONCURRENCY={"*": 4}
   (sampled every 0.2 s). Target at most 4.
 
-`--quick`: windows of 20 s (sweep 12 s), a sweep of 4 and 16, copies enough for that; the same keys.
+`--quick`: windows of 10 s (the sweep 6 s, the halving at 4 s), a sweep of 16 alone, two wordings
+of each question; the same keys, far from the targets (the limit is still climbing).
 
     python bench/adaptive.py [--quick]
 """

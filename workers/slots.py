@@ -258,7 +258,7 @@ class FleetSlots:
                 held = self.board.in_use().get(name)
                 raise RateLimited(
                     max(1.0, self.max_block_s),
-                    f"all {held.limit if held else limit.cap} slot(s) of {endpoint} ({model}) in use",
+                    f"all {held.limit if held else limit.cap or limit.start} slot(s) of {endpoint} ({model}) in use",
                 )
             time.sleep(SLOT_POLL_S)
         self.waited_s += time.monotonic() - started
