@@ -51,7 +51,7 @@ class SlotsNow:
 
 # KEYS: the holders, the cap in use and the published limit; ARGV: the holder, the cap (ADAPTIVE:
 # the published limit, else ARGV[4], within ARGV[5]) and the lease (ms). Returns the requests in
-# flight with this one when the slot is held (taken now or renewed), else 0.
+# flight with this one when the slot is held (taken now or renewed), else 0; and the cap applied.
 _SLOT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -65,9 +65,9 @@ redis.call('SET', KEYS[2], cap, 'PX', lease * 4)
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < cap then
   redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
   redis.call('PEXPIRE', KEYS[1], lease * 4)
-  return redis.call('ZCARD', KEYS[1])
+  return {redis.call('ZCARD', KEYS[1]), cap}
 end
-return 0
+return {0, cap}
 """
 
 # KEYS: the lead; ARGV: the process, the lease (ms). 1: this process steers.
@@ -97,10 +97,12 @@ class RedisSlots:
         self.client = client
         self._take, self._lead = client.register_script(_SLOT), client.register_script(_LEAD)
 
-    def take(self, name: str, holder: str, cap: int, start: int = 1, ceiling: int = 0) -> int:
+    def take(self, name: str, holder: str, cap: int, start: int = 1, ceiling: int = 0) -> tuple[int, int]:
+        """(requests in flight with this one, 0 where none is free; the cap applied)."""
         names = [keys.slots(name), keys.slots_cap(name), keys.slots_limit(name)]
         lease_ms = int(keys.SLOT_LEASE_S * 1000)
-        return int(self._take(keys=names, args=[holder, cap, lease_ms, start, ceiling]))
+        in_flight, applied = self._take(keys=names, args=[holder, cap, lease_ms, start, ceiling])
+        return int(in_flight), int(applied)
 
     def release(self, name: str, holder: str) -> None:
         self.client.zrem(keys.slots(name), holder)
@@ -108,13 +110,18 @@ class RedisSlots:
     def in_use(self) -> dict[str, SlotsNow]:
         """Each (endpoint, model) in use lately: its slots held, its limit and why."""
         out = {}
-        for key in self.client.scan_iter(match=keys.slots("*:cap")):
-            name = (key.decode() if isinstance(key, bytes) else key).removeprefix(keys.slots("")).removesuffix(":cap")
+        for name, key in self._named(":cap"):
             held = self.client.zcount(keys.slots(name), time.time() * 1000, "+inf")
             reason = self.client.hget(keys.slots_limit(name), "reason")
             said = reason.decode() if isinstance(reason, bytes) else reason
             out[name] = SlotsNow(int(held), int(self.client.get(key) or 0), said)
         return out
+
+    def _named(self, suffix: str) -> Iterator[tuple[str, str]]:
+        """(name, key) of each (endpoint, model)'s key ending in ``suffix``."""
+        for key in self.client.scan_iter(match=keys.slots(f"*{suffix}")):
+            text = key.decode() if isinstance(key, bytes) else key
+            yield text.removeprefix(keys.slots("")).removesuffix(suffix), text
 
     def report(self, name: str, sample: Sample, ended_at: float) -> None:
         with self.client.pipeline(transaction=False) as pipe:
@@ -150,11 +157,10 @@ class RedisSlots:
 
     def paths(self) -> dict[str, list[tuple[float, int]]]:
         """Each adaptive (endpoint, model)'s limit over time: (when, limit) at each change."""
-        out = {}
-        for key in self.client.scan_iter(match=keys.slots("*:path")):
-            name = (key.decode() if isinstance(key, bytes) else key).removeprefix(keys.slots("")).removesuffix(":path")
-            out[name] = [tuple(json.loads(point)) for point in self.client.lrange(key, 0, -1)]
-        return out
+        return {
+            name: [tuple(json.loads(point)) for point in self.client.lrange(key, 0, -1)]
+            for name, key in self._named(":path")
+        }
 
 
 class LocalSlots:
@@ -168,7 +174,7 @@ class LocalSlots:
         self._answers: dict[str, list[tuple[Sample, float]]] = {}
         self._lock = threading.Lock()
 
-    def take(self, name: str, holder: str, cap: int, start: int = 1, ceiling: int = 0) -> int:
+    def take(self, name: str, holder: str, cap: int, start: int = 1, ceiling: int = 0) -> tuple[int, int]:
         with self._lock:
             if cap == ADAPTIVE:
                 cap = min(self._limits.get(name, (start, ""))[0], ceiling)
@@ -178,8 +184,8 @@ class LocalSlots:
             self._caps[name] = cap
             if holder in held or len(held) < cap:
                 held[holder] = now + keys.SLOT_LEASE_S
-                return len(held)
-            return 0
+                return len(held), cap
+            return 0, cap
 
     def release(self, name: str, holder: str) -> None:
         with self._lock:
@@ -250,17 +256,14 @@ class FleetSlots:
             return
         name, holder, started = keys.slot_name(endpoint, model), uuid.uuid4().hex, time.monotonic()
         take = (ADAPTIVE, limit.start, limit.ceiling) if limit.adaptive else (limit.cap or 0, 0, 0)
-        while not (in_flight := self.board.take(name, holder, *take)):
+        while not (taken := self.board.take(name, holder, *take))[0]:
             if limit.adaptive:
                 self.steer(name, limit)
             if time.monotonic() - started + SLOT_POLL_S > self.max_block_s:
                 self.waited_s += time.monotonic() - started
-                held = self.board.in_use().get(name)
-                raise RateLimited(
-                    max(1.0, self.max_block_s),
-                    f"all {held.limit if held else limit.cap or limit.start} slot(s) of {endpoint} ({model}) in use",
-                )
+                raise RateLimited(max(1.0, self.max_block_s), f"all {taken[1]} slot(s) of {endpoint} ({model}) in use")
             time.sleep(SLOT_POLL_S)
+        in_flight = taken[0]
         self.waited_s += time.monotonic() - started
         self._renewing(name, holder, take)
         try:

@@ -76,7 +76,7 @@ def test_the_cap_holds_across_the_fleet_and_a_killed_workers_slot_comes_back(red
     monkeypatch.setattr(keys, "SLOT_LEASE_S", 1.0)
     endpoint, model = "openai:http://127.0.0.1:1/v1", f"test:{time.time_ns()}"  # a colon, as Ollama's models have
     name = keys.slot_name(endpoint, model)
-    assert RedisSlots(client).take(name, "a-worker-killed-mid-request", 1)  # never released
+    assert RedisSlots(client).take(name, "a-worker-killed-mid-request", 1) == (1, 1)  # never released
     limiter = FleetLimiter(client, {}, max_block_s=0.2)
     with pytest.raises(RateLimited, match=r"all 1 slot\(s\) of .* in use"):
         with limiter.slot(endpoint, model, ONE):
