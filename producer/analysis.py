@@ -8,70 +8,15 @@ import io
 import json
 from collections import defaultdict
 from datetime import UTC, datetime
-from decimal import Decimal
 from itertools import combinations
 
 from rich.console import Console
 
-from prism.metrics import evidence_precision_recall, exact_match, five_numbers, run_statistics, token_f1, welch
+from prism.metrics import run_statistics, welch
 from prism.models import RunManifest
-from producer.state import RunState, cost_report, run_metrics
 from workers.store import Store
 
 TASKS = ("documents", "chunks")
-
-
-def summarize(state: RunState) -> dict:
-    """Quality, latency (per job, first call to stored result), tokens and USD of one run."""
-    metrics = run_metrics(state)
-    if evidence := evidence_metrics(state):
-        metrics["evidence"] = evidence
-    cost = cost_report(state)
-    latency, tokens, usd = {}, {}, {}
-    for task in TASKS:
-        results = [r for r in state.results.values() if r.task == task and not r.reused_from]
-        if not results:
-            continue
-        latency[task] = five_numbers([(r.finished_at - r.started_at).total_seconds() for r in results])
-        latency[task]["jobs"] = len(results)
-        group = cost["by_task"].get(task, {})
-        prompt, completion = group.get("prompt_tokens", 0), group.get("completion_tokens", 0)
-        tokens[task] = {
-            "prompt": prompt,
-            "completion": completion,
-            "prompt_mean": prompt / len(results),
-            "completion_mean": completion / len(results),
-        }
-        spent = Decimal(group.get("usd", "0"))
-        usd[task] = {
-            "usd": float(spent),
-            "usd_per_1000_queries": float(spent * 1000 / len(results)),
-            "unpriced_calls": group.get("unpriced_calls", 0),
-        }
-    return {"metrics": metrics, "latency_s": latency, "tokens": tokens, "cost": usd}
-
-
-def evidence_metrics(state: RunState) -> dict | None:
-    """Evidence precision and recall against the qrels, answer EM and token F1 against the
-    reference answers, over the chunk results that carry evidence."""
-    truth = {row["query_id"]: row for row in state.files.qrels()}
-    if not truth:
-        return None
-    scores = defaultdict(list)
-    for r in state.results.values():
-        details = r.ranking.details
-        if r.task != "chunks" or "evidence" not in details or r.query_id not in truth:
-            continue
-        qrel = {int(i): g for i, g in truth[r.query_id]["qrel"].items()}
-        precision, recall = evidence_precision_recall(details["evidence"], qrel)
-        scores["precision"].append(precision)
-        scores["recall"].append(recall)
-        if reference := truth[r.query_id].get("answer"):
-            scores["exact_match"].append(exact_match(details.get("answer"), reference))
-            scores["token_f1"].append(token_f1(details.get("answer"), reference))
-    if not scores:
-        return None
-    return {"queries": len(scores["precision"])} | {k: sum(v) / len(v) for k, v in scores.items()}
 
 
 def compare(runs: dict[str, tuple[RunManifest, dict]]) -> dict:

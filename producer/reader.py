@@ -28,7 +28,7 @@ from workers import keys
 from workers.circuit import Circuits, endpoints_down
 from workers.corpus import Corpus
 from workers.ledger import Progress, RedisProgress, mark_last_over
-from workers.runfiles import FINISHED, RunFiles
+from workers.runfiles import FINISHED
 from workers.settings import Settings
 from workers.slots import LocalSlots, RedisSlots, SlotsNow, limit_path
 from workers.store import Store, open_store
@@ -57,6 +57,7 @@ class RunEnd:
     manifest: RunManifest
     cost: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)  # quality, latency, tokens and USD per task (summary.json)
     input_errors: list[str] = field(default_factory=list)
 
 
@@ -115,16 +116,17 @@ class RunReader:
     def store(self, uri: str) -> Store:
         return self._stores(uri)
 
-    def open_run(self, run_id: str, results: str | None) -> tuple[Store, RunManifest]:
+    def open_run(self, run_id: str, results: str | None) -> tuple[RunState, RunManifest]:
+        """The run's state (not read yet) and manifest."""
         check_run_id(run_id)
-        store = self.store(results or self.settings.results)
+        state = RunState(self.store(results or self.settings.results), run_id)
         try:
-            return store, RunFiles(store, run_id).manifest()
+            return state, state.files.manifest()
         except KeyError:
-            raise RunError(f"no run {run_id!r} in {store.uri}") from None
+            raise RunError(f"no run {run_id!r} in {state.store.uri}") from None
 
     def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
-        """The run's status and counts from what is stored, then every report file."""
+        """The run's status and counts from what is stored, then every report file, then the manifest."""
         plans: list[QuestionPlan] = []
         if manifest.corpus:  # a question set: its questions' plans, gathered into plan.jsonl and questions.jsonl
             plans, _ = gather(state.store, manifest.run_id, self.progress)
@@ -146,11 +148,12 @@ class RunReader:
         manifest = _settled(manifest, counts, budget_spent or bool(state.skipped))
         manifest = manifest.model_copy(update={"in_flight": self._limit_paths(manifest)})
         corpus = Corpus(self.store(manifest.corpus)) if manifest.corpus else None
-        cost, metrics = report.write(state, manifest, pending, corpus, self._estimate(manifest, plans, corpus))
+        files = report.compose(state, manifest, pending, corpus, self._estimate(manifest, plans, corpus))
+        state.files.put_report(files)
         state.files.put_manifest(manifest)
         if manifest.corpus and manifest.status in ENDED:  # what a `--new` run may start from
             mark_last_over(state.store, manifest.corpus, manifest.run_id)
-        return RunEnd(manifest, cost, metrics, [f.error for f in state.input_failures])
+        return RunEnd(manifest, files.cost, files.metrics, files.summary, [f.error for f in state.input_failures])
 
     def _limit_paths(self, manifest: RunManifest) -> dict[str, list[list[float]]]:
         """Each adaptive limit's path over the run, where the fleet keeps them (none: as recorded)."""
@@ -188,13 +191,12 @@ class RunReader:
             return planned(state, questions)[0]
         return total(progress.planned(keys.planned(store.uri, manifest.run_id)), questions)[0]
 
-    def refresh(self, run_id: str, results: str | None) -> tuple[Store, RunManifest]:
+    def refresh(self, run_id: str, results: str | None) -> tuple[RunState, RunManifest]:
         """The run as stored, finalized as interrupted when its producer is gone."""
-        store, manifest = self.open_run(run_id, results)
+        state, manifest = self.open_run(run_id, results)
         if manifest.status in ("planning", "running") and manifest.owner and not _alive(manifest.owner):
-            outcome = self.finalize(RunState(store, run_id), manifest)
-            manifest = outcome.manifest
-        return store, manifest
+            manifest = self.finalize(state, manifest).manifest
+        return state, manifest
 
 
 def _settled(manifest: RunManifest, counts: dict, budget_spent: bool) -> RunManifest:

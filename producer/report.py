@@ -1,46 +1,41 @@
 """The files that say what a run produced: cost.json, failures.jsonl, pending.jsonl,
-metrics.json, summary.json, report.md with its plots, and the manifest."""
+metrics.json, summary.json, report.md with its plots, and a question set's evidence; made here,
+written by RunFiles with the manifest."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 from prism.estimate import Estimate
+from prism.evidence import evidence_rows
 from prism.models import RunManifest
+from prism.outcomes import CostSummary, cost_report, summarize, usd_text
 from producer import analysis, evidence
-from producer.state import CostSummary, RunState, cost_report, usd_text
+from producer.state import RunState
 from workers.corpus import Corpus
+from workers.runfiles import ReportFiles
 
 
-def write(
+def compose(
     state: RunState,
     manifest: RunManifest,
     pending: list[dict],
     corpus: Corpus | None = None,
     estimate: Estimate | str | None = None,
-) -> tuple[dict, dict]:
-    """Write every report file of a run from what is stored now (not the manifest: whoever
-    finalizes the run writes it, after these); returns cost and metrics. A
-    question set over a corpus also gets its evidence table and the metrics over its questions,
-    and where an LLM ranked, its estimate (or why there is none) beside what it cost."""
-    files = state.files
-    cost = cost_report(state)
-    files.put_failures(f.model_dump_json() for f in [*state.input_failures, *state.job_failures])
-    files.put_pending(pending)
-    files.put_json("cost.json", cost)
-    summary = analysis.summarize(state)
-    metrics = summary["metrics"]
-    found = None
-    if corpus is not None:
-        found = evidence.write(state, corpus)
-        metrics = metrics | {"questions": found[1]}
-    files.put_json("metrics.json", metrics)
-    files.put_json("summary.json", summary)
-    runs = {state.layout.run_id: (manifest, summary)}
+) -> ReportFiles:
+    """Every report file of a run, from what is stored now and the manifest it is finalized with:
+    what it reads of the corpus first, then what the outcomes add up to (prism), then the words and
+    plots; whoever finalizes the run writes them with its manifest. A question set over a corpus
+    also gets its evidence table and the metrics over its questions, and where an LLM ranked, its
+    estimate (or why there is none) beside what it cost."""
+    read = evidence.read(state, corpus) if corpus is not None else None
+    cost, summary = cost_report(state), summarize(state)
+    found = evidence_rows(state.results, *read) if read is not None else None
+    metrics = summary["metrics"] | ({"questions": found[1]} if found is not None else {})
+    runs = {state.run_id: (manifest, summary)}
     text = markdown(manifest, cost, metrics, state)
     if estimate is not None:
         text += estimate_markdown(estimate, manifest, state)
-        files.put_json("estimate.json", {"error": estimate} if isinstance(estimate, str) else estimate.model_dump())
     if found is not None:
         text += evidence.markdown(*found)
     text += "\n" + analysis.markdown(runs, None)
@@ -48,8 +43,18 @@ def write(
     images, left_out = analysis.plots(runs, None, per_question)
     text += "".join(f"\n![{name}]({name})\n" for name in images)
     text += "".join(f"\n_{name} is left out: {why}._\n" for name, why in left_out.items())
-    files.put_report(text, images)
-    return cost, metrics
+    return ReportFiles(
+        cost=cost,
+        summary=summary,
+        metrics=metrics,
+        failures=[f.model_dump_json() for f in [*state.input_failures, *state.job_failures]],
+        pending=pending,
+        text=text,
+        images=images,
+        estimate={"error": estimate} if isinstance(estimate, str) else estimate.model_dump() if estimate else None,
+        evidence=evidence.table(found[0]) if found is not None else None,
+        evidence_metrics=found[1] if found is not None else None,
+    )
 
 
 def changes_text(c: dict) -> str:

@@ -88,7 +88,7 @@ class Runs:
         timeout: float | None,
         failed: bool = False,
     ) -> RunEnd:
-        store, manifest = self.reader.open_run(run_id, results)
+        manifest = self.reader.open_run(run_id, results)[1]
         ledger = self.ledger(manifest.results)
         reopened = ledger.reopen(run_id, Outcome.SKIPPED)
         retried = ledger.reopen(run_id, Outcome.FAILED) if failed else 0

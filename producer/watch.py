@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from prism.outcomes import cost_report, usd_text
 from producer.plan import Plan
 from producer.plans import planned, total
-from producer.state import RunState, cost_report, usd_text
+from producer.state import RunState
 from workers import keys
 from workers.batches import batch_summary
 from workers.circuit import outage_text

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel
@@ -98,6 +99,22 @@ class RunLayout:
 
 FOLDERS = {Outcome.DONE: "results", Outcome.FAILED: "failures", Outcome.SKIPPED: "skipped", Outcome.REUSED: "reused"}
 ENDED = (Outcome.DONE, Outcome.FAILED, Outcome.REUSED)  # a job with one of these has its outcome
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What a run came to, as the files of its report (made by producer/report.py)."""
+
+    cost: dict
+    summary: dict
+    metrics: dict
+    failures: list[str]  # failures.jsonl's lines
+    pending: list[dict]
+    text: str  # report.md
+    images: dict[str, bytes]  # its plots, by file name
+    estimate: dict | None = None
+    evidence: tuple[bytes, bytes] | None = None  # evidence.csv, evidence.parquet
+    evidence_metrics: dict | None = None
 
 
 class RunFiles:
@@ -183,29 +200,28 @@ class RunFiles:
 
     # -- what it came to ------------------------------------------------------------------------
 
-    def put_json(self, name: str, value: dict) -> None:
-        """cost.json, summary.json, metrics.json, evidence_metrics.json or estimate.json."""
-        assert name in ("cost.json", "summary.json", "metrics.json", "evidence_metrics.json", "estimate.json"), name
-        self.store.put(self.layout.file(name), json.dumps(value, indent=1).encode())
+    def put_report(self, report: ReportFiles) -> None:
+        """Every file of the run's report (the manifest, which says it ended, is put after them)."""
+        for name, value in (
+            ("cost.json", report.cost),
+            ("summary.json", report.summary),
+            ("metrics.json", report.metrics),
+            ("estimate.json", report.estimate),
+            ("evidence_metrics.json", report.evidence_metrics),
+        ):
+            if value is not None:
+                self.store.put(self.layout.file(name), json.dumps(value, indent=1).encode())
+        self.store.put(self.layout.file("failures.jsonl"), "".join(line + "\n" for line in report.failures).encode())
+        self._put_lines("pending.jsonl", report.pending)
+        if report.evidence is not None:
+            self.store.put(self.layout.file("evidence.csv"), report.evidence[0])
+            self.store.put(self.layout.file("evidence.parquet"), report.evidence[1])
+        for name, image in report.images.items():
+            self.store.put(self.layout.file(name), image)
+        self.store.put(self.layout.file("report.md"), report.text.encode())
 
     def json(self, name: str) -> dict:
         return json.loads(self.store.get(self.layout.file(name)))
-
-    def put_failures(self, lines: Iterable[str]) -> None:
-        text = "".join(line + "\n" for line in lines)
-        self.store.put(self.layout.file("failures.jsonl"), text.encode())
-
-    def put_pending(self, rows: Iterable[dict]) -> None:
-        self._put_lines("pending.jsonl", rows)
-
-    def put_report(self, text: str, images: dict[str, bytes]) -> None:
-        for name, image in images.items():
-            self.store.put(self.layout.file(name), image)
-        self.store.put(self.layout.file("report.md"), text.encode())
-
-    def put_evidence(self, csv: bytes, parquet: bytes) -> None:
-        self.store.put(self.layout.file("evidence.csv"), csv)
-        self.store.put(self.layout.file("evidence.parquet"), parquet)
 
     def get(self, name: str) -> bytes:
         """Any of them as stored (KeyError when absent), for readers of the finished run."""

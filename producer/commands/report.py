@@ -18,7 +18,7 @@ from producer.summary import metrics_table, print_summary
 if TYPE_CHECKING:
     from prism.models import RunManifest
     from producer.reader import RunReader
-    from workers.store import Store
+    from producer.state import RunState
 
 RunIds = Annotated[list[str], typer.Argument(help="One run, or several to compare.")]
 
@@ -26,15 +26,15 @@ RunIds = Annotated[list[str], typer.Argument(help="One run, or several to compar
 @flags("status")
 def status(run_id: str, **options: Any) -> None:
     """Done, failed and pending jobs, tokens, USD and the time left."""
-    from producer.state import RunState, cost_report, usd_text
+    from prism.outcomes import cost_report, usd_text
     from workers.batches import batch_summary
     from workers.circuit import outage_text
     from workers.slots import slots_text
 
     runs = open_reader(settings_with(options))
-    store, manifest = runs.refresh(run_id, None)
-    state = RunState(store, run_id).poll()
-    planned = runs.expected(store, manifest)
+    state, manifest = runs.refresh(run_id, None)
+    state.poll()
+    planned = runs.expected(state.store, manifest)
     cost = cost_report(state)["total"]
     elapsed = (datetime.now(UTC) - manifest.created_at).total_seconds()
     running = manifest.status in ("planning", "running")
@@ -61,7 +61,7 @@ def status(run_id: str, **options: Any) -> None:
     if slots_text(slots):
         Console().print(slots_text(slots), highlight=False)
     if manifest.config.via == "batch":
-        Console().print(batch_summary(store, run_id), highlight=False)
+        Console().print(batch_summary(state.store, run_id), highlight=False)
 
 
 @flags("report")
@@ -70,15 +70,14 @@ def report(run_ids: RunIds, **options: Any) -> None:
     stored now; for several runs, also a comparison in reports/<time>/ (mean, SD, CV, 95% CI,
     Welch's t-test per configuration)."""
     from producer import analysis
-    from producer.state import RunState
 
     runs = open_reader(settings_with(options))
     compared, store = {}, None
     for run_id in run_ids:
-        store, manifest = runs.refresh(run_id, None)
-        state = RunState(store, run_id)
+        state, manifest = runs.refresh(run_id, None)
+        store = state.store
         end = runs.finalize(state, manifest, manifest.status == "budget_exhausted")
-        compared[run_id] = (end.manifest, analysis.summarize(state))
+        compared[run_id] = (end.manifest, end.summary)
         if len(run_ids) == 1:
             print_summary(end)
     if len(run_ids) > 1 and store is not None:
@@ -91,16 +90,16 @@ def evaluate(run_ids: RunIds, **options: Any) -> None:
     """NDCG@5, MRR@5 and MAP@5 per task and over all queries (evidence precision/recall and
     answer EM/F1 where present); for several runs, statistics per configuration and Welch's
     t-test. The last line is JSON. Reads the run, writes nothing (`prism report` rewrites its files)."""
+    from prism.outcomes import summarize
     from producer import analysis
-    from producer.state import RunState
 
     runs, compared = open_reader(settings_with(options)), {}
     for run_id in run_ids:
-        store, manifest = runs.open_run(run_id, None)
+        state, manifest = runs.open_run(run_id, None)
         if manifest.corpus:  # a question set: its evidence against the qrels over (filing, page)
-            typer.echo(json.dumps(_evidence_metrics(runs, store, manifest)))
+            typer.echo(json.dumps(_evidence_metrics(runs, state, manifest)))
             continue
-        summary = analysis.summarize(RunState(store, run_id).poll())
+        summary = summarize(state.poll())
         if not summary["metrics"]:
             raise RunError(f"run {run_id} has no qrels to evaluate against")
         compared[run_id] = (manifest, summary)
@@ -114,16 +113,16 @@ def evaluate(run_ids: RunIds, **options: Any) -> None:
     typer.echo(json.dumps(comparison))
 
 
-def _evidence_metrics(runs: RunReader, store: Store, manifest: RunManifest) -> dict:
+def _evidence_metrics(runs: RunReader, state: RunState, manifest: RunManifest) -> dict:
     """A question-set run's evidence metrics (filing_top1, evidence recall@5 and NDCG@5), as
     they stand now (`prism report` writes them into the run's evidence_metrics.json)."""
     from producer import evidence
-    from producer.state import RunState
     from workers.corpus import Corpus
 
     assert manifest.corpus is not None
-    state, corpus = RunState(store, manifest.run_id).poll(), Corpus(runs.store(manifest.corpus))
-    _, metrics = evidence.evidence_rows(state, corpus, compared=False)
+    state.poll()
+    corpus = Corpus(runs.store(manifest.corpus))
+    _, metrics = evidence.rows_of(state, corpus, compared=False)
     if not metrics["judged"]:
         raise RunError(
             f"run {manifest.run_id}: none of its {metrics['questions']} questions has qrels over a filing of its corpus"

@@ -12,9 +12,10 @@ from typing import Any
 
 from prism.ingest.models import Filing
 from prism.models import EXIT_CODES, STATUS_MEANING, RunManifest
+from prism.outcomes import cost_report
 from prism.planning import NO_FILING
-from producer.evidence import evidence_rows
-from producer.state import RunState, cost_report
+from producer.evidence import rows_of
+from producer.state import RunState
 from workers.corpus import Corpus
 from workers.runfiles import RunFiles
 
@@ -70,7 +71,7 @@ class View:
 def build(files: RunFiles, corpus: Corpus | None, edgar_url: str, against: RunFiles | None = None) -> View:
     manifest = files.manifest()
     state = RunState(files.store, manifest.run_id).poll()
-    rows, metrics = evidence_rows(state, corpus) if corpus is not None else ([], {})
+    rows, metrics = rows_of(state, corpus) if corpus is not None else ([], {})
     plans = list(files.questions())
     by_question: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
@@ -328,7 +329,7 @@ def _top_pages(files: RunFiles, corpus: Corpus | None) -> dict[str, list[tuple[s
     if corpus is None:
         return {}
     state = RunState(files.store, files.layout.run_id).poll()
-    rows, _ = evidence_rows(state, corpus, compared=False)
+    rows, _ = rows_of(state, corpus, compared=False)
     out: dict[str, list[tuple[str, Any, float]]] = defaultdict(list)
     for row in rows:
         if len(out[row["question_id"]]) < TOP:

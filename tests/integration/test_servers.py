@@ -13,13 +13,14 @@ import pytest
 from prism.endpoints import Endpoint, RetryPolicy
 from prism.llm import QUOTED_REPLY_TOKENS, ContextTooLong, Gateway, LlmError, recording
 from prism.models import CallRecord, JobResult, Ranking, RunConfig
+from prism.outcomes import CostSummary, cost_report
 from prism.pricing import PriceTable
 from prism.rankers import build_ranker
 from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare, rank_chunks
 from producer.prompt_check import check_prompts
 from producer.report import markdown
-from producer.state import CostSummary, RunState, cost_report
+from producer.state import RunState
 from tests.conftest import DOC_DEV, PAGES, load
 from workers.store import LocalStore
 from workers.testing import fleet_env, prism_cli

@@ -1,7 +1,7 @@
 """One ranking across a question's filings, by one score."""
 
+from prism.evidence import Found, across_filings
 from prism.models import Cited
-from producer.evidence import Found, across_filings
 
 
 def _entries(filing: str, rank: int, score: float, ranker_scores: list[float] | None, n: int = 3) -> list[Found]:
@@ -28,7 +28,8 @@ def test_the_rankers_own_scores_decide_between_level_filings():
 
 def test_a_chunks_change_is_its_paragraphs_and_a_gone_passage_is_a_row_of_its_earlier_chunk():
     from prism.changes import Change, Paragraph
-    from producer.redlines import counts, removed_rows, summary
+    from prism.redlines import removed_rows, summary
+    from producer.evidence import change_counts as counts
 
     def para(text: str, chunk: str, page: int) -> Paragraph:
         return Paragraph(text, "Item 7. MD&A", page, chunk, 0)

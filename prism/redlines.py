@@ -2,21 +2,21 @@
 ``change``, ``similarity``, ``previous_filing``, ``previous_page`` and ``redline`` of each of its
 rows, and a ``removed`` row for each passage the earlier filing's ranking cited that is gone.
 
-Made when the report is, from the corpus, by prism/changes.py: the paragraphs of a row's chunk
-against the whole earlier filing's. Each filing version's paragraphs are read once a report, as
-many questions share their filings.
+Made when the report is, by prism/changes.py: the paragraphs of a row's chunk against the whole
+earlier filing's, from the filings the report read first. Each filing version's paragraphs are
+made once a report, as many questions share their filings.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from prism.changes import Change, Paragraph, compare, in_chunks, paragraphs
+from prism.ingest.models import Filing
 from prism.models import JobResult
-from workers.corpus import Corpus
 
 COLUMNS = ("change", "similarity", "previous_filing", "previous_page", "redline")
 # Kinds of ``change`` beyond prism/changes.py's four, in the order the report counts them.
@@ -40,10 +40,10 @@ class Read:
 
 
 class Compared:
-    """The comparisons of a report's questions, the filings' paragraphs read once."""
+    """The comparisons of a report's questions, each filing's paragraphs made once."""
 
-    def __init__(self, corpus: Corpus, results: dict[str, JobResult]) -> None:
-        self.corpus, self.results = corpus, results
+    def __init__(self, filings: Mapping[tuple[str, str], Filing | None], results: dict[str, JobResult]) -> None:
+        self.filings, self.results = filings, results
         self.read: dict[tuple[str, str], Read | None] = {}
 
     def rows(self, pairs: list[dict], ranked: list[dict]) -> list[dict]:
@@ -85,12 +85,8 @@ class Compared:
     def _paragraphs(self, pair: dict) -> Read | None:
         key = (pair["filing"], pair["version"])
         if key not in self.read:
-            try:
-                filing = self.corpus.get_filing(*key)
-            except KeyError:
-                self.read[key] = None
-            else:
-                self.read[key] = Read(paragraphs(filing.chunks), [c.id for c in filing.chunks])
+            filing = self.filings.get(key)
+            self.read[key] = Read(paragraphs(filing.chunks), [c.id for c in filing.chunks]) if filing else None
         return self.read[key]
 
     def _cited(self, earlier: dict, read: Read) -> list[str]:
@@ -142,30 +138,3 @@ def removed_rows(gone: Iterable[Change], previous_filing: str) -> list[dict[str,
             }
         )
     return rows
-
-
-def counts(rows: Iterable[dict], key: str) -> dict[str, dict[str, int]]:
-    """How many compared rows of each kind of change, by ``key`` (question_id, company)."""
-    found: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
-    for row in rows:
-        if row.get("change") in KINDS:
-            found[row[key]][row["change"]] += 1
-    return dict(found)
-
-
-def markdown(rows: list[dict], questions: int = 50) -> list[str]:
-    """The report's counts of what changed since the earlier filings, by company and by question."""
-    by_company, by_question = counts(rows, "company"), counts(rows, "question_id")
-    if not by_company:
-        return []
-    kinds = [k for k in KINDS if any(c[k] for c in by_company.values())]
-    head = ["| {} | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
-    out = ["", "## Changed since the previous filing", "", "Evidence rows by change (`evidence.csv`: `redline`).", ""]
-    out += [head[0].format("company"), head[1]]
-    out += [
-        f"| {name or '-'} | " + " | ".join(str(c[k]) for k in kinds) + " |" for name, c in sorted(by_company.items())
-    ]
-    out += ["", head[0].format("question"), head[1]]
-    for qid, c in list(by_question.items())[:questions]:
-        out.append(f"| {qid} | " + " | ".join(str(c[k]) for k in kinds) + " |")
-    return out
