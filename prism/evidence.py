@@ -120,11 +120,6 @@ class CorpusPart:
         return next((v.pages for v in head.versions if v.version == head.latest), 0) if head else 0
 
 
-def chunk_results(results: dict[str, JobResult]) -> dict[str, JobResult]:
-    """A run's chunk results by query id."""
-    return {r.query_id: r for r in results.values() if r.task == "chunks"}
-
-
 def evidence_rows(
     results: dict[str, JobResult],
     questions: list[dict],
@@ -136,7 +131,7 @@ def evidence_rows(
     evidence recall@5 and NDCG@5 over the questions with qrels whose judged filing is in the
     corpus. A question compared with earlier filings has what changed in its rows, and after
     them a row for each earlier passage gone (not judged); ``compared=False`` leaves that out."""
-    by_query = chunk_results(results)
+    by_query = {r.query_id: r for r in results.values() if r.task == "chunks"}
     questions = list({q["question_id"]: q for q in questions}.values())
     pairs: dict[str, list[dict]] = {}
     for row in plan:
@@ -162,11 +157,6 @@ def _blank() -> dict:
     return {name: "" if kind == "string" else None for name, kind in SCHEMA} | extras
 
 
-def uncited(result: JobResult) -> bool:
-    """Ranked before results carried their citations: cited again from the filing itself."""
-    return len(result.cited) != len(result.ranking.indices)
-
-
 def _found(q: dict, pairs: list[dict], results: dict[str, JobResult], corpus: CorpusPart) -> list[Found]:
     """The question's ranked chunks, filing by filing in the order they were chosen."""
     chunks: list[Found] = []
@@ -175,7 +165,7 @@ def _found(q: dict, pairs: list[dict], results: dict[str, JobResult], corpus: Co
         if result is None:
             continue
         cited = result.cited
-        filing = corpus.whole.get((pair["filing"], pair["version"])) if uncited(result) else None
+        filing = corpus.whole.get((pair["filing"], pair["version"])) if result.uncited else None
         if filing is not None:
             offsets = filing.page_offsets()
             cited = [cite(q["question"], filing.chunks[i], offsets.get(i, 0)) for i in result.ranking.indices]

@@ -342,6 +342,11 @@ class JobResult(BaseModel):
     finished_at: datetime
     cited: list[Cited] = []  # a corpus pair's ranked chunks, in ranking order (empty: not recorded)
 
+    @property
+    def uncited(self) -> bool:
+        """Ranked before results carried their citations: to be cited again from the filing."""
+        return len(self.cited) != len(self.ranking.indices)
+
 
 class PlannedPair(BaseModel):
     """A (question, filing) pair a question's planning chose, and what became of it."""

@@ -1,6 +1,6 @@
 """A run's outcomes as plain data (its results, failures, budget skips and the calls they paid
 for, with the qrels it is judged against) and what they add up to: cost per run, task, stage,
-model, tier and job; quality, latency and tokens per task. producer/state.py reads them from a
+model, tier and job; quality, latency and tokens per task. workers/runstate.py reads them from a
 run's store; nothing here reads or writes."""
 
 from __future__ import annotations

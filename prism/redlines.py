@@ -94,7 +94,7 @@ class Compared:
         result = self.results.get(earlier["query_id"])
         if result is None:
             return []
-        if len(result.cited) == len(result.ranking.indices):
+        if not result.uncited:
             return [c.chunk_id for c in result.cited]
         return [read.chunk_ids[i] for i in result.ranking.indices if 0 <= i < len(read.chunk_ids)]
 

@@ -13,7 +13,8 @@ import typer
 from producer.commands import corpus, estimate, fetch, models, report, run, view
 from producer.commands.common import console
 from producer.spec import RunError
-from workers.settings import SettingsProblem, named
+from workers import logs
+from workers.settings import SettingsProblem, load_settings, named
 
 app = typer.Typer(
     help="Rank financial filings for questions with an LLM fleet (the PRISM method).",
@@ -50,6 +51,7 @@ def main() -> None:
 
 
 def _main() -> None:
+    _configure_logs()
     try:
         code = app(standalone_mode=False)  # returns the exit status of typer.Exit and --help
     except _user_errors() as err:
@@ -75,6 +77,16 @@ def _main() -> None:
             raise
         _fail(f"{type(err).__name__}: {err} (set {named('log_level', 'DEBUG')} for the traceback)", 1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _configure_logs() -> None:
+    """Every command logs the same way (workers/logs.py), at the level its settings give; with a bad
+    setting, at WARNING until the command names it."""
+    try:
+        level = load_settings().command_log_level
+    except SettingsProblem:
+        level = "WARNING"
+    logs.configure(level)
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

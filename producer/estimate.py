@@ -12,27 +12,23 @@ priced from the token counts the corpus stores for that filing version: no filin
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
-from prism.estimate import Estimate, Priced, estimate
-from prism.ingest.models import Chunking, FilingEntry
-from prism.models import FILING_TYPES, Query, QuestionPlan, RunConfig, Stage
+from prism.estimate import Estimate
+from prism.models import Query, RunConfig, Stage
 from prism.periods import Choice
 from prism.planning import CorpusView, choose, compare_mode, in_scope, previous_filings
-from prism.pricing import PriceTable
 from prism.prior import DocPrior
 from prism.questions import Question, read_questions
 from prism.rankers import asks_llm
-from prism.segmenting import TokenCounter
 from producer.inputs import invalid_failure, question_items
 from producer.spec import RunError, open_corpus
 from workers.corpus import Corpus
-from workers.inputs import token_costs
+from workers.inputs import price
 from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
 
@@ -124,46 +120,6 @@ def estimate_questions(
         document_calls=len(documents),
         estimate=result,
     )
-
-
-def estimate_plans(plans: Sequence[QuestionPlan], corpus: Corpus, settings: Settings, config: RunConfig) -> Estimate:
-    """The plans a question-set run made, priced as `prism estimate` prices a plan: its document
-    rankings and the pairs it ranked (not those it reused from an earlier run, which cost $0)."""
-    documents = [p.question for p in plans if p.documents == "done"]
-    pairs = [(p.question, pair.filing, pair.version) for p in plans for pair in p.pairs if pair.state != "reused"]
-    return price(
-        documents, pairs, corpus, settings, config, config.expected_outputs(settings.llm_expected_output_tokens)
-    )
-
-
-def price(
-    documents: list[str],
-    pairs: list[tuple[str, str, str]],
-    corpus: Corpus,
-    settings: Settings,
-    config: RunConfig,
-    expected_output: dict[Stage, int],
-    reasoning_share: float = 0.0,
-) -> Estimate:
-    """Each document ranking an LLM makes, and each (question, filing, version) pair's chunk query
-    from the token counts the corpus stores."""
-    counter = TokenCounter(Chunking().encoding)
-    heads: dict[str, FilingEntry | None] = {}
-
-    def queries() -> Iterator[Query | Priced]:
-        for i, question in enumerate(documents):
-            yield Query(id=f"d{i}", task="documents", question=question, candidates=list(FILING_TYPES))
-        for question, fid, version in pairs:
-            head = heads[fid] if fid in heads else heads.setdefault(fid, corpus.head(fid))
-            costs = (
-                token_costs(corpus, head, version, config.segment_tokens, counter)
-                if config.uses_llm("chunks") and head is not None
-                else []
-            )
-            yield Priced(question, costs, f"{fid}@{version}")
-
-    prices = PriceTable.load(settings.prices_file)
-    return estimate(queries(), config, prices, expected_output, settings.prompt_cache_key, counter, reasoning_share)
 
 
 def read_rows(path: str, limit: int | None = None) -> tuple[list[Query], list[str]]:

@@ -9,42 +9,15 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable
 
-from prism.evidence import COLUMNS, SCHEMA, CorpusPart, chunk_results, evidence_rows, uncited
-from prism.ingest.models import Filing
+from prism.evidence import COLUMNS, SCHEMA, evidence_rows
 from prism.redlines import KINDS
-from producer.state import RunState
 from workers.corpus import Corpus
+from workers.runstate import RunState, read_evidence
 
 
 def rows_of(state: RunState, corpus: Corpus, compared: bool = True) -> tuple[list[dict], dict]:
     """The run's evidence rows and metrics (prism/evidence.py)."""
-    return evidence_rows(state.results, *read(state, corpus, compared), compared)
-
-
-def read(state: RunState, corpus: Corpus, compared: bool = True) -> tuple[list[dict], list[dict], CorpusPart]:
-    """What the evidence is made from: the run's questions and plan rows, and what they need of
-    the corpus: the heads of the filings its plan and qrels name; whole, the filings of results
-    from before results carried their citations and, where compared, every filing of a compared
-    question (its earlier ones too). Each read once."""
-    questions, plan = list(state.files.questions()), list(state.files.plan())
-    results = chunk_results(state.results)
-    named = {row["filing"] for row in plan if row.get("filing")} | {r["filing"] for q in questions for r in q["qrels"]}
-    asked = {q["question_id"] for q in questions if compared and q.get("compare")}
-    whole = {
-        (row["filing"], row["version"])
-        for row in plan
-        if row.get("filing")
-        and (row["question_id"] in asked or ((r := results.get(row["query_id"])) is not None and uncited(r)))
-    }
-    heads = {fid: corpus.head(fid) for fid in sorted(named)}
-    return questions, plan, CorpusPart(heads, {key: _filing(corpus, key) for key in sorted(whole)})
-
-
-def _filing(corpus: Corpus, key: tuple[str, str]) -> Filing | None:
-    try:
-        return corpus.get_filing(*key)
-    except KeyError:
-        return None
+    return evidence_rows(state.results, *read_evidence(state, corpus, compared), compared)
 
 
 def table(rows: list[dict]) -> tuple[bytes, bytes]:

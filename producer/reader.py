@@ -16,26 +16,25 @@ from functools import cached_property
 
 import redis
 
-from prism.estimate import Estimate
+from prism.figures import reckon
 from prism.llm import Outage
-from prism.models import QuestionPlan, RunManifest
+from prism.models import RunManifest
+from prism.status import ENDED, settle
 from producer import report
-from producer.estimate import estimate_plans
-from producer.plans import gather, planned, question_changes, total
 from producer.spec import RunError
-from producer.state import RunState
 from workers import keys
 from workers.circuit import Circuits, endpoints_down
 from workers.corpus import Corpus
+from workers.inputs import estimate_run
 from workers.ledger import Progress, RedisProgress, mark_last_over
-from workers.runfiles import FINISHED
+from workers.plans import gather, planned, total
+from workers.runstate import RunState, read_evidence
 from workers.settings import Settings
-from workers.slots import LocalSlots, RedisSlots, SlotsNow, limit_path
+from workers.slots import LocalSlots, RedisSlots, SlotsNow
 from workers.store import Store, open_store
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
-ENDED = ("complete", "complete_with_failures")  # every job has its outcome: a `--new` run may start from it
 
 
 def new_run_id() -> str:
@@ -126,59 +125,26 @@ class RunReader:
             raise RunError(f"no run {run_id!r} in {state.store.uri}") from None
 
     def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
-        """The run's status and counts from what is stored, then every report file, then the manifest."""
-        plans: list[QuestionPlan] = []
-        if manifest.corpus:  # a question set: its questions' plans, gathered into plan.jsonl and questions.jsonl
-            plans, _ = gather(state.store, manifest.run_id, self.progress)
-            manifest = manifest.model_copy(update={"counts": manifest.counts | _question_counts(plans)})
-            if manifest.since and manifest.changes:
-                manifest = manifest.model_copy(update={"changes": question_changes(manifest.changes, plans)})
-        state.poll()
-        outcomes: set[tuple[str | None, str | None]] = {(r.task, r.query_id) for r in state.results.values()}
-        outcomes |= {(f.task, f.query_id) for f in state.job_failures}
-        pending = [p for p in state.files.plan() if (p["task"], p["query_id"]) not in outcomes]
-        counts = manifest.counts | {
-            "done": len(state.results),
-            "failed": len(state.job_failures),
-            "invalid_rows": len(state.input_failures),
-            "pending": len(pending),
-            "skipped": len(state.skipped),
-            "reused": sum(1 for r in state.results.values() if r.reused_from),
-        }
-        manifest = _settled(manifest, counts, budget_spent or bool(state.skipped))
-        manifest = manifest.model_copy(update={"in_flight": self._limit_paths(manifest)})
+        """Read what the run stored (a question set's plans gathered into plan.jsonl and
+        questions.jsonl), settle its status and counts (prism/status.py), reckon what it came to
+        (prism/outcomes.py), put that in words, then write the report files and the manifest."""
+        gone = bool(manifest.owner) and not _alive(manifest.owner or "")
+        recorded = {k: manifest.settings[k] for k in ("service_tier",) if k in manifest.settings}
+        settings = self.settings.model_copy(update=recorded)
         corpus = Corpus(self.store(manifest.corpus)) if manifest.corpus else None
-        files = report.compose(state, manifest, pending, corpus, self._estimate(manifest, plans, corpus))
+        plans = gather(state.store, manifest.run_id, self.progress)[0] if manifest.corpus else []
+        state.poll()
+        plan, limits = list(state.files.plan()), self.slots.paths() if self.slots is not None else None
+        evidence = read_evidence(state, corpus) if corpus is not None else None
+        estimate = estimate_run(plans, corpus, settings, manifest.config) if corpus is not None else None
+        manifest, pending = settle(manifest, state, plan, plans, budget_spent, gone, limits)
+        figures = reckon(state, evidence)
+        files = report.compose(state, manifest, pending, figures, estimate)
         state.files.put_report(files)
         state.files.put_manifest(manifest)
         if manifest.corpus and manifest.status in ENDED:  # what a `--new` run may start from
             mark_last_over(state.store, manifest.corpus, manifest.run_id)
         return RunEnd(manifest, files.cost, files.metrics, files.summary, [f.error for f in state.input_failures])
-
-    def _limit_paths(self, manifest: RunManifest) -> dict[str, list[list[float]]]:
-        """Each adaptive limit's path over the run, where the fleet keeps them (none: as recorded)."""
-        if self.slots is None:
-            return manifest.in_flight
-        since, until = manifest.created_at.timestamp(), (manifest.finished_at or datetime.now(UTC)).timestamp()
-        models = set(manifest.config.models.values())
-        paths = {name: limit_path(points, since, until) for name, points in self.slots.paths().items()}
-        return {name: path for name, path in paths.items() if path and name.split(" ", 1)[-1] in models}
-
-    def _estimate(
-        self, manifest: RunManifest, plans: list[QuestionPlan], corpus: Corpus | None
-    ) -> Estimate | str | None:
-        """What the run's plans would cost as `prism estimate` prices them, for a question-set run
-        that calls an LLM (None otherwise), under the settings it ran with; why not, where it
-        cannot be made. The plans are the run's own: nothing is planned again, no filing read."""
-        config = manifest.config
-        if corpus is None or not (config.uses_llm("documents") or config.uses_llm("chunks")):
-            return None
-        recorded = {k: manifest.settings[k] for k in ("service_tier",) if k in manifest.settings}
-        try:
-            settings = self.settings.model_copy(update=recorded)
-            return estimate_plans(plans, corpus, settings, config)
-        except Exception as err:  # noqa: BLE001 - the report says why and is written all the same
-            return error_text(err)
 
     def expected(self, store: Store, manifest: RunManifest) -> int:
         """The outcomes a run waits for: its planned queries, or a question set's planned
@@ -199,49 +165,6 @@ class RunReader:
         return state, manifest
 
 
-def _settled(manifest: RunManifest, counts: dict, budget_spent: bool) -> RunManifest:
-    """The manifest with its status, counts and end time; a run that had ended keeps its end, so a
-    later report does not move its wall time."""
-    status, error = settle_status(manifest, counts, budget_spent)
-    ended = manifest.status in FINISHED and manifest.finished_at is not None
-    now = manifest.finished_at if ended and manifest.finished_at else _now()
-    return manifest.model_copy(
-        update={
-            "status": status,
-            "error": error,
-            "owner": None if status in FINISHED else manifest.owner,
-            "finished_at": now,
-            "counts": counts,
-            "timings": manifest.timings | {"wall_s": round((now - manifest.created_at).total_seconds(), 3)},
-        }
-    )
-
-
-def settle_status(manifest: RunManifest, counts: dict, budget_spent: bool) -> tuple[str, str | None]:
-    if manifest.status == "failed":
-        return "failed", manifest.error
-    if manifest.status == "planning":
-        return "interrupted", manifest.error or "the producer stopped while planning"
-    if manifest.status == "interrupted" and counts.get("pending", 0):
-        return "interrupted", manifest.error  # until a resume, whoever finalizes it again
-    done, failed, pending = counts.get("done", 0), counts.get("failed", 0), counts.get("pending", 0)
-    if manifest.owner and not _alive(manifest.owner) and pending:
-        return "interrupted", "the producer stopped before the run ended"
-    if not done and (failed or counts.get("invalid_rows", 0)) and not pending:
-        return "failed", "no query got a result"
-    if not pending:
-        if failed or counts.get("invalid_rows", 0):
-            return "complete_with_failures", None
-        return "complete", None
-    if budget_spent:
-        return "budget_exhausted", None
-    return "incomplete", None
-
-
-def with_failure(manifest: RunManifest, error: str) -> RunManifest:
-    return manifest.model_copy(update={"status": "failed", "error": error, "finished_at": _now()})
-
-
 def _alive(owner: str) -> bool:
     """Whether the producer named "host:pid" still runs; one on another host is assumed alive."""
     host, _, pid = owner.rpartition(":")
@@ -256,20 +179,3 @@ def _alive(owner: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _question_counts(plans: list[QuestionPlan]) -> dict[str, int]:
-    return {
-        "questions": len(plans),
-        "documents": sum(p.documents is not None for p in plans),
-        "chunks": sum(len(p.pairs) or 1 for p in plans),
-        "segments": sum(pair.segments for p in plans for pair in p.pairs),
-    }
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def error_text(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}"

@@ -7,33 +7,28 @@ from __future__ import annotations
 from collections import Counter
 
 from prism.estimate import Estimate
-from prism.evidence import evidence_rows
+from prism.figures import Figures
 from prism.models import RunManifest
-from prism.outcomes import CostSummary, cost_report, summarize, usd_text
+from prism.outcomes import CostSummary, usd_text
 from producer import analysis, evidence
-from producer.state import RunState
-from workers.corpus import Corpus
 from workers.runfiles import ReportFiles
+from workers.runstate import RunState
 
 
 def compose(
     state: RunState,
     manifest: RunManifest,
     pending: list[dict],
-    corpus: Corpus | None = None,
+    figures: Figures,
     estimate: Estimate | str | None = None,
 ) -> ReportFiles:
-    """Every report file of a run, from what is stored now and the manifest it is finalized with:
-    what it reads of the corpus first, then what the outcomes add up to (prism), then the words and
-    plots; whoever finalizes the run writes them with its manifest. A question set over a corpus
-    also gets its evidence table and the metrics over its questions, and where an LLM ranked, its
-    estimate (or why there is none) beside what it cost."""
-    read = evidence.read(state, corpus) if corpus is not None else None
-    cost, summary = cost_report(state), summarize(state)
-    found = evidence_rows(state.results, *read) if read is not None else None
-    metrics = summary["metrics"] | ({"questions": found[1]} if found is not None else {})
-    runs = {state.run_id: (manifest, summary)}
-    text = markdown(manifest, cost, metrics, state)
+    """Every report file of a run, from what it came to (prism/outcomes.py) and the manifest it is
+    finalized with; whoever finalizes the run writes them with its manifest. A question set over
+    a corpus also gets its evidence table and the metrics over its questions, and where an LLM
+    ranked, its estimate (or why there is none) beside what it cost."""
+    found, metrics = figures.evidence, figures.metrics
+    runs = {state.run_id: (manifest, figures.summary)}
+    text = markdown(manifest, figures.cost, metrics, state)
     if estimate is not None:
         text += estimate_markdown(estimate, manifest, state)
     if found is not None:
@@ -44,8 +39,8 @@ def compose(
     text += "".join(f"\n![{name}]({name})\n" for name in images)
     text += "".join(f"\n_{name} is left out: {why}._\n" for name, why in left_out.items())
     return ReportFiles(
-        cost=cost,
-        summary=summary,
+        cost=figures.cost,
+        summary=figures.summary,
         metrics=metrics,
         failures=[f.model_dump_json() for f in [*state.input_failures, *state.job_failures]],
         pending=pending,

@@ -16,14 +16,13 @@ from rich.console import Console
 from prism.llm import spending
 from prism.models import PromptCheck, RunManifest, Usage
 from prism.pricing import PriceTable
+from prism.status import error_text, with_failure
 from producer import report
 from producer.plan import Plan, plan_run
-from producer.plans import gather
 from producer.prompt_check import CHECK_NAME, check_prompts
 from producer.questions import enqueue_questions
-from producer.reader import OWNER, RunEnd, RunReader, error_text, with_failure
+from producer.reader import OWNER, RunEnd, RunReader
 from producer.spec import RunError, RunSpec
-from producer.state import RunState
 from producer.watch import Watch
 from workers import keys
 from workers import ledger as ledgers
@@ -32,7 +31,9 @@ from workers.app import make_app
 from workers.budget import RunBudget
 from workers.embedded import embedded_worker
 from workers.ledger import Ledger, has_outcome, outcome_keys
+from workers.plans import gather
 from workers.runfiles import Outcome, RunFiles
+from workers.runstate import RunState
 from workers.settings import Settings, flag, named
 from workers.store import Store
 

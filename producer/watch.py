@@ -21,11 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from prism.outcomes import cost_report, usd_text
 from producer.plan import Plan
-from producer.plans import planned, total
-from producer.state import RunState
 from workers import keys
 from workers.batches import batch_summary
 from workers.circuit import outage_text
+from workers.plans import planned, total
+from workers.runstate import RunState
 from workers.runtime import Runtime
 from workers.settings import Settings, named
 from workers.slots import slots_text

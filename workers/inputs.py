@@ -1,15 +1,24 @@
 """A corpus filing's chunk input for a segment budget: the chunks' prompt costs and the chunks cut
 to fit, made once per version and budget and shared by every question (and run) over it; kept in
-the corpus at ``inputs/<filing>/<version>-<budget>-<encoding>.json``. The texts stay in the filing."""
+the corpus at ``inputs/<filing>/<version>-<budget>-<encoding>.json``. The texts stay in the filing.
+And what a plan's queries would cost, priced from those stored costs (`prism estimate`, and a
+question-set run's report)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 from pydantic import BaseModel
 
-from prism.ingest.models import Filing, FilingEntry
+from prism.estimate import Estimate, Priced, estimate
+from prism.ingest.models import Chunking, Filing, FilingEntry
+from prism.models import FILING_TYPES, Query, QuestionPlan, RunConfig, Stage
+from prism.pricing import PriceTable
 from prism.segmenting import MARKER_TOKENS, TokenCounter
+from prism.status import error_text
 from prism.strategies.chunks import MAX_CHUNK_SHARE, ChunkInput, prepare
 from workers.corpus import Corpus
+from workers.settings import Settings
 from workers.store import get_model, put_model, safe_name
 
 
@@ -99,3 +108,57 @@ def as_chunk_input(filing: Filing, shared: FilingInput) -> ChunkInput:
 
 def _encoding(counter: TokenCounter) -> str:
     return counter.encoding.name if counter.encoding is not None else "estimate"
+
+
+def estimate_run(
+    plans: Sequence[QuestionPlan], corpus: Corpus, settings: Settings, config: RunConfig
+) -> Estimate | str | None:
+    """What a question-set run's plans would cost as `prism estimate` prices them, where an LLM
+    ranks (None otherwise), under the settings it ran with; why not, where it cannot be made.
+    The plans are the run's own: nothing is planned again, no filing read."""
+    if not (config.uses_llm("documents") or config.uses_llm("chunks")):
+        return None
+    try:
+        return estimate_plans(plans, corpus, settings, config)
+    except Exception as err:  # noqa: BLE001 - the report says why and is written all the same
+        return error_text(err)
+
+
+def estimate_plans(plans: Sequence[QuestionPlan], corpus: Corpus, settings: Settings, config: RunConfig) -> Estimate:
+    """The plans a question-set run made, priced as `prism estimate` prices a plan: its document
+    rankings and the pairs it ranked (not those it reused from an earlier run, which cost $0)."""
+    documents = [p.question for p in plans if p.documents == "done"]
+    pairs = [(p.question, pair.filing, pair.version) for p in plans for pair in p.pairs if pair.state != "reused"]
+    return price(
+        documents, pairs, corpus, settings, config, config.expected_outputs(settings.llm_expected_output_tokens)
+    )
+
+
+def price(
+    documents: list[str],
+    pairs: list[tuple[str, str, str]],
+    corpus: Corpus,
+    settings: Settings,
+    config: RunConfig,
+    expected_output: dict[Stage, int],
+    reasoning_share: float = 0.0,
+) -> Estimate:
+    """Each document ranking an LLM makes, and each (question, filing, version) pair's chunk query
+    from the token counts the corpus stores."""
+    counter = TokenCounter(Chunking().encoding)
+    heads: dict[str, FilingEntry | None] = {}
+
+    def queries() -> Iterator[Query | Priced]:
+        for i, question in enumerate(documents):
+            yield Query(id=f"d{i}", task="documents", question=question, candidates=list(FILING_TYPES))
+        for question, fid, version in pairs:
+            head = heads[fid] if fid in heads else heads.setdefault(fid, corpus.head(fid))
+            costs = (
+                token_costs(corpus, head, version, config.segment_tokens, counter)
+                if config.uses_llm("chunks") and head is not None
+                else []
+            )
+            yield Priced(question, costs, f"{fid}@{version}")
+
+    prices = PriceTable.load(settings.prices_file)
+    return estimate(queries(), config, prices, expected_output, settings.prompt_cache_key, counter, reasoning_share)

@@ -36,15 +36,8 @@ from enum import StrEnum
 from pydantic import BaseModel
 
 from prism.models import RunManifest, Task
+from prism.status import MOVES
 from workers.store import Store, get_model, put_model, safe_name
-
-# The statuses a run's manifest may move to from each: a finished run moves on only by being
-# planned again (a resume, a rerun of its id) or by being finalized again (a later report).
-FINISHED = ("complete", "complete_with_failures", "incomplete", "budget_exhausted", "failed", "interrupted")
-MOVES: dict[str, frozenset[str]] = {
-    "planning": frozenset({"planning", "running", "failed", "interrupted"}),
-    "running": frozenset({"planning", "running", *FINISHED}),
-} | {status: frozenset({"planning", *FINISHED}) for status in FINISHED}
 
 
 class Outcome(StrEnum):

@@ -260,6 +260,12 @@ class Settings(BaseSettings, RunOptions):
         return self.broker_url is None
 
     @property
+    def command_log_level(self) -> str:
+        """A command's: WARNING where the fleet is embedded, whose workers' lines would bury what
+        the command itself prints."""
+        return self.log_level if not self.embedded else "WARNING"
+
+    @property
     def shared_redis(self) -> str | None:
         if self.redis_url:
             return self.redis_url

@@ -317,19 +317,6 @@ class FleetSlots:
                     continue
 
 
-def limit_path(points: list[tuple[float, int]], since: float, until: float, most: int = 12) -> list[list[float]]:
-    """A limit's path from ``since`` to ``until`` (epoch seconds) as at most ``most`` points of
-    [seconds from ``since``, limit]: the limit it had at ``since``, then its changes, thinned
-    evenly where there are more (the last kept)."""
-    before = [limit for at, limit in points if at <= since]
-    path = [[0.0, float(before[-1])]] if before else []
-    path += [[round(at - since, 1), float(limit)] for at, limit in points if since < at <= until]
-    if len(path) <= most:
-        return path
-    step = (len(path) - 1) / (most - 1)
-    return [path[round(i * step)] for i in range(most)]
-
-
 def slots_text(in_use: dict[str, SlotsNow]) -> str:
     """'LLM slots 1/1 (http://host:8080/v1 smollm2)' for a fixed cap, 'LLM 12 at a time
     (adapting: latency 1.10x its floor), 11 in flight (http://host:8000/v1 llama)' where it adapts:

@@ -9,7 +9,6 @@ import typer
 from rich.console import Console
 
 from producer.summary import print_summary
-from workers import logs
 from workers.settings import Settings
 
 if TYPE_CHECKING:
@@ -42,7 +41,6 @@ def open_reader(settings: Settings) -> RunReader:
     """Runs as stored, for the commands that read them: no broker, no fleet."""
     from producer.reader import RunReader
 
-    logs.configure(settings.log_level if not settings.embedded else "WARNING")
     return RunReader(settings)
 
 

@@ -18,7 +18,7 @@ from producer.summary import metrics_table, print_summary
 if TYPE_CHECKING:
     from prism.models import RunManifest
     from producer.reader import RunReader
-    from producer.state import RunState
+    from workers.runstate import RunState
 
 RunIds = Annotated[list[str], typer.Argument(help="One run, or several to compare.")]
 

@@ -160,5 +160,5 @@ def open_runs(settings: Settings) -> Runs:
     """The run lifecycle on a fleet (embedded: in this process)."""
     from producer.runs import Runs
 
-    logs.configure(settings.log_level if not settings.embedded else "WARNING")
+    logs.configure(settings.command_log_level)  # its flags may set another broker than the environment
     return Runs(settings, console)

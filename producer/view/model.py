@@ -15,9 +15,9 @@ from prism.models import EXIT_CODES, STATUS_MEANING, RunManifest
 from prism.outcomes import cost_report
 from prism.planning import NO_FILING
 from producer.evidence import rows_of
-from producer.state import RunState
 from workers.corpus import Corpus
 from workers.runfiles import RunFiles
+from workers.runstate import RunState
 
 PLOTS = ("latency.png", "tokens_cost.png", "ndcg.png")
 TOP = 5  # the rows compared against another run

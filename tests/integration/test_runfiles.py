@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from prism.status import MOVES
 from prism.testing.batches import BatchConfig
 from prism.testing.simulator import Simulator, SimulatorConfig
 from tests.conftest import ROWS_SAMPLE, fleet_env, prism_cli
-from workers.runfiles import MOVES, RunFiles
+from workers.runfiles import RunFiles
 from workers.store import LocalStore
 
 pytestmark = pytest.mark.integration

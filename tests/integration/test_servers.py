@@ -20,8 +20,8 @@ from prism.segmenting import TokenCounter
 from prism.strategies.chunks import prepare, rank_chunks
 from producer.prompt_check import check_prompts
 from producer.report import markdown
-from producer.state import RunState
 from tests.conftest import DOC_DEV, PAGES, load
+from workers.runstate import RunState
 from workers.store import LocalStore
 from workers.testing import fleet_env, prism_cli
 

@@ -8,8 +8,11 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
+from prism.evidence import CorpusPart
+from prism.ingest.models import Filing
 from prism.models import Failure, JobResult, Reference, Spent
 from prism.outcomes import RunOutcomes
+from workers.corpus import Corpus
 from workers.runfiles import Outcome, RunFiles, RunLayout
 from workers.store import Store, get_model
 
@@ -80,3 +83,28 @@ class RunState(RunOutcomes):
             if key not in self.referenced:
                 self.referenced.add(key)
                 yield json.loads(self.store.get(key))
+
+
+def read_evidence(state: RunState, corpus: Corpus, compared: bool = True) -> tuple[list[dict], list[dict], CorpusPart]:
+    """What the evidence is made from: the run's questions and plan rows, and what they need of
+    the corpus: the heads of the filings its plan and qrels name; whole, the filings of results
+    from before results carried their citations and, where compared, every filing of a compared
+    question (its earlier ones too). Each read once."""
+    questions, plan = list(state.files.questions()), list(state.files.plan())
+    legacy = {r.query_id for r in state.results.values() if r.task == "chunks" and r.uncited}
+    named = {row["filing"] for row in plan if row.get("filing")} | {r["filing"] for q in questions for r in q["qrels"]}
+    asked = {q["question_id"] for q in questions if compared and q.get("compare")}
+    whole = {
+        (row["filing"], row["version"])
+        for row in plan
+        if row.get("filing") and (row["question_id"] in asked or row["query_id"] in legacy)
+    }
+    heads = {fid: corpus.head(fid) for fid in sorted(named)}
+    return questions, plan, CorpusPart(heads, {key: _filing(corpus, key) for key in sorted(whole)})
+
+
+def _filing(corpus: Corpus, key: tuple[str, str]) -> Filing | None:
+    try:
+        return corpus.get_filing(*key)
+    except KeyError:
+        return None

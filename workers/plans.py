@@ -3,13 +3,11 @@ questions.jsonl, and counted. Read by whoever finalizes a run: no broker needed.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from prism.models import QuestionPlan
-from producer.state import RunState
 from workers import keys
 from workers.ledger import Progress
 from workers.runfiles import RunFiles
+from workers.runstate import RunState
 from workers.store import Store, get_model
 
 
@@ -74,17 +72,6 @@ def _question_line(plan: QuestionPlan) -> dict:
         if p.previous_of is None
     ]
     return plan.model_dump(mode="json") | {"filings": filings}
-
-
-def question_changes(changes: dict, plans: list[QuestionPlan]) -> dict:
-    """The filing changes with how the questions stood against the earlier run."""
-    stood = Counter(p.since for p in plans)
-    return changes | {
-        "unchanged_questions": stood["unchanged"],
-        "new_questions": stood["new_question"],
-        "changed_questions": stood["changed_question"],
-        "questions_with_changed_filings": stood["changed_filings"],
-    }
 
 
 def total(planned: tuple[int, int], questions: int) -> tuple[int, bool]:
