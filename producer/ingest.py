@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from celery import Celery
 from prism.ingest.archives import ArchiveError
 from prism.ingest.filings import filing_id_of, source_kind
 from prism.ingest.identity import IDENTITY_FORMAT
-from prism.ingest.models import Chunking
+from prism.ingest.models import Chunking, FilingEntry
 from prism.options import RunOptions
 from prism.segmenting import TokenCounter
 from producer.archives import Filter, Listed, expand, settle
@@ -156,11 +156,13 @@ class Reading:
     summary: IngestSummary
     chosen: Filter
     listed: list[Listed]
+    heads: dict[str, FilingEntry | None] = field(default_factory=dict)  # of the filings ingested sources made
 
     def to_read(self, found: list[Source]) -> list[Source]:
         items: list[Source] = []
         taken: dict[str, str] = {}
         known = self.corpus.catalog.sources([item.uri for item in found])
+        self._read_heads(known)
         for item in found:
             sources, known_members = self._sources(item, known)
             for source in sources:
@@ -168,7 +170,7 @@ class Reading:
                     continue
                 fingerprint = _fingerprint(source, self.settled)
                 row = known_members.get(source.uri, known.get(source.uri))
-                if fingerprint and _unchanged(self.corpus, row, fingerprint, self.summary):
+                if fingerprint and _unchanged(self.heads, row, fingerprint, self.summary):
                     continue
                 items.append(replace(source, fingerprint=fingerprint))
         return items
@@ -179,13 +181,20 @@ class Reading:
         if item.open is None:
             return [item], {}
         fingerprint = _fingerprint(item, _digest([self.settled, self.chosen.key]))
-        if fingerprint and _unchanged(self.corpus, known.get(item.uri), fingerprint, self.summary):
+        if fingerprint and _unchanged(self.heads, known.get(item.uri), fingerprint, self.summary):
             return [], {}
         members, listed = expand(item, fingerprint, self.chosen, self.corpus, self.summary)
         self.listed.append(listed)
         member_rows = self.corpus.catalog.sources(listed.members)
+        self._read_heads(member_rows)
         listed.known = {uri: row.entry for uri, row in member_rows.items() if row.state == "done" and row.entry}
         return members, member_rows
+
+    def _read_heads(self, known: dict[str, SourceRow]) -> None:
+        """The heads of the filings the catalogue's ingested sources made, all read at once: a
+        source found unchanged is confirmed against them."""
+        done = [row.entry for row in known.values() if row.state == "done" and row.entry]
+        self.heads |= self.corpus.heads(fid for entry in done for fid in entry.filings if fid not in self.heads)
 
     def _first(self, item: Source, taken: dict[str, str]) -> bool:
         """Two files that would be one filing: the second fails."""
@@ -251,20 +260,22 @@ def _fingerprint(item: Source, settled: str) -> str:
     return _digest([stamp, item.record, settled])
 
 
-def _unchanged(corpus: Corpus, row: SourceRow | None, fingerprint: str, summary: IngestSummary) -> bool:
+def _unchanged(
+    heads: dict[str, FilingEntry | None], row: SourceRow | None, fingerprint: str, summary: IngestSummary
+) -> bool:
     """Count a source whose fingerprint and filings are as the catalogue holds them; no task is
     sent for it. Its filings' versions were confirmed by their content digest when it was last
     ingested; a touched file (new fingerprint) is read and confirmed again."""
     entry = row.entry if row is not None and row.state == "done" else None
     if entry is None or entry.fingerprint != fingerprint:
         return False
-    heads = [corpus.head(fid) for fid in entry.filings]
-    if any(h is None or h.latest != entry.filings[h.id] for h in heads):
+    found = [heads.get(fid) for fid in entry.filings]
+    if any(h is None or h.latest != entry.filings[h.id] for h in found):
         return False
     summary.sources += 1
     summary.skipped += 1
     summary.left_out += entry.left_out
-    for head in heads:
+    for head in found:
         assert head is not None
         summary.count("unchanged", next(v for v in head.versions if v.version == head.latest))
         summary.filings[head.id] = head.latest

@@ -16,7 +16,8 @@ written before the catalogue (manifest.json) is read by `prism corpus upgrade` (
 from __future__ import annotations
 
 import gzip
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -30,6 +31,7 @@ from workers.store import Store, get_model, put_model, safe_name
 
 CONTENT = ("filings/", "inputs/", "archives/")  # the same bytes wherever the corpus is kept
 LAYOUT = (*CONTENT, "catalog/")  # the catalogue's logs name their commit times and files
+HEAD_READERS = 8  # under boto3's pool of 10 connections per client
 Outcome = Literal["ingested", "unchanged", "new_version", "failed"]
 
 
@@ -57,6 +59,13 @@ class Corpus:
             return get_model(self.store, self.head_key(filing_id), FilingEntry)
         except KeyError:
             return None
+
+    def heads(self, filing_ids: Iterable[str]) -> dict[str, FilingEntry | None]:
+        """Many filings' heads, read HEAD_READERS at a time: an object store's round trips overlap
+        (an ingest that finds a thousand files unchanged reads their thousand heads)."""
+        ids = list(dict.fromkeys(filing_ids))
+        with ThreadPoolExecutor(HEAD_READERS) as pool:
+            return dict(zip(ids, pool.map(self.head, ids), strict=True))
 
     def put_filing(self, filing: Filing) -> Outcome:
         """Store a filing version once: "unchanged" when it is already the latest (its identity
