@@ -188,19 +188,17 @@ class Catalog:
         """The heads of the given companies' filings (company values as company_of gives them)."""
         import pyarrow.compute as pc
 
-        buckets = sorted({bucket_of(c) for c in companies})
-        wanted = list(companies)
+        buckets = {bucket_of(c) for c in companies}
         heads: dict[str, tuple[datetime, FilingEntry]] = {}
-        for bucket in buckets:
-            for batch in self._scan("filings", bucket, pc.field("company").isin(wanted), ["id", "head", "at"]):
-                _newest(heads, batch)
+        for batch in self._scan("filings", buckets, pc.field("company").isin(list(companies)), ["id", "head", "at"]):
+            _newest(heads, batch)
         return {fid: head for fid, (_, head) in sorted(heads.items())}
 
     def filings(self, where: Callable[[FilingEntry], bool] = lambda _: True) -> Iterator[FilingEntry]:
         """Every filing's head, streamed partition by partition (bounded memory: a partition's rows)."""
         for bucket in range(BUCKETS):
             heads: dict[str, tuple[datetime, FilingEntry]] = {}
-            for batch in self._scan("filings", bucket, None, ["id", "head", "at"]):
+            for batch in self._scan("filings", {bucket}, None, ["id", "head", "at"], fresh=bucket == 0):
                 _newest(heads, batch)
             yield from (head for _, (_, head) in sorted(heads.items()) if where(head))
 
@@ -214,16 +212,11 @@ class Catalog:
         import pyarrow.compute as pc
 
         found: dict[str, SourceRow] = {}
-        by_bucket: dict[int, list[str] | None] = {b: None for b in range(BUCKETS)} if uris is None else {}
-        for uri in uris or ():
-            some = by_bucket.setdefault(source_bucket(uri), [])
-            assert some is not None
-            some.append(uri)
-        for bucket, some in sorted(by_bucket.items()):
-            where = pc.field("source").isin(some) if some is not None else None
-            for batch in self._scan("sources", bucket, where, None):
-                for row in batch.to_pylist():
-                    _newer_source(found, row)
+        buckets = set(range(BUCKETS)) if uris is None else {source_bucket(uri) for uri in uris}
+        where = pc.field("source").isin(list(uris)) if uris is not None else None
+        for batch in self._scan("sources", buckets, where, None):
+            for row in batch.to_pylist():
+                _newer_source(found, row)
         return found
 
     def failures(self, under: str | None = None) -> dict[str, SourceRow]:
@@ -231,32 +224,34 @@ class Catalog:
         archive's members, a metadata file's lines)."""
         import pyarrow.compute as pc
 
-        buckets = [source_bucket(under)] if under is not None else range(BUCKETS)
+        buckets = {source_bucket(under)} if under is not None else set(range(BUCKETS))
         found: dict[str, SourceRow] = {}
-        for bucket in buckets:
-            where = pc.starts_with(pc.field("source"), under) if under is not None else None
-            for batch in self._scan("sources", bucket, where, None):
-                for row in batch.to_pylist():
-                    _newer_source(found, row)
+        where = pc.starts_with(pc.field("source"), under) if under is not None else None
+        for batch in self._scan("sources", buckets, where, None):
+            for row in batch.to_pylist():
+                _newer_source(found, row)
         return {s: row for s, row in sorted(found.items()) if row.state == "failed"}
 
-    def _scan(self, name: str, bucket: int, where: Any, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-        table = self._table(name)
-        if table is None:
+    def _scan(
+        self, name: str, buckets: set[int], where: Any, columns: list[str] | None, fresh: bool = True
+    ) -> Iterator[pa.RecordBatch]:
+        """A table's rows in some partitions, as one read (``fresh``: the table brought up to its
+        newest first, as every read does once)."""
+        if not buckets or (self._table(name) if fresh else self._tables.get(name)) is None:
             return
-        self.reads.buckets.add((name, bucket))
-        dataset = self._files(name, [("bucket", "=", str(bucket))])
+        self.reads.buckets |= {(name, bucket) for bucket in buckets}
+        dataset = self._files(name, [("bucket", "in", [str(b) for b in sorted(buckets)])])
         for batch in dataset.to_batches(columns=columns, filter=where, batch_size=SCAN_BATCH):
             self.reads.rows += batch.num_rows
             yield batch
 
-    def _files(self, name: str, partition: list[tuple[str, str, str]] | None = None) -> ds.Dataset:
+    def _files(self, name: str, partition: list[tuple[str, str, Any]] | None = None) -> ds.Dataset:
         """A table's files at its version (of one partition), as a dataset pyarrow reads on its own
         filesystem: delta-rs names the files, no read goes through it (its filesystem handler
         may abort the process at exit while pyarrow's threads wind down, delta-rs#2184)."""
         import pyarrow.dataset as ds
 
-        uris = self._table(name).file_uris(file_pruning_predicate=partition)
+        uris = self._tables[name].file_uris(file_pruning_predicate=partition)  # loaded by the caller
         filesystem, paths = _arrow_files(uris, *self.location(name))
         return ds.dataset(paths, schema=_stored(name), format="parquet", filesystem=filesystem)
 
