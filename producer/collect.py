@@ -11,6 +11,8 @@ from celery import Celery
 from celery.result import ResultSet
 from pydantic import BaseModel
 
+from workers.app import send
+
 POLL_S = 0.05  # cheap, and a small batch ends sooner
 Job = TypeVar("Job", bound=BaseModel)
 
@@ -29,7 +31,7 @@ def run_tasks(
     called once when none has ended for ``quiet_s``; ``on_wait`` at every poll."""
     if not jobs:
         return
-    results = ResultSet([app.send_task(task, args=[job.model_dump(mode="json")]) for job in jobs], app=app)
+    results = ResultSet([send(app, task, job) for job in jobs], app=app)
     job_of = {result.id: job for result, job in zip(results.results, jobs, strict=True)}
     on_progress(0, len(jobs))
     moved, said = time.monotonic(), False
