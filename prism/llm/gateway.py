@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
@@ -99,9 +99,8 @@ class Gateway:
         self._send = chain(self, self._transport)
 
     def _transport(self, request: Request) -> Reply:
-        client = self._client(request.endpoint)  # made (the SDK imported) before the clock starts
         started = time.monotonic()
-        raw = request.send(client)
+        raw = request.send()
         sent_s = time.monotonic() - started
         response = raw.parse()
         return Reply(response=response, headers=raw.headers, usage=usage_of(response), sent_s=sent_s)
@@ -130,7 +129,9 @@ class Gateway:
         shared_prefix: str | None = None,
     ) -> Completion:
         """``shared_prefix``: an id of the part of the prompt other requests share (see prefix_id)."""
-        extra: dict = dict(self.endpoint(stage).cap_fields(max_output_tokens))
+        endpoint = self.endpoint(stage)
+        client: Any = self._client(endpoint)  # messages are plain dicts here, not the SDK's typed ones
+        extra: dict[str, Any] = dict(endpoint.cap_fields(max_output_tokens))
         prompt = self.counter.count("".join(m["content"] for m in messages)) + 4 * len(messages)
         options, payload = self.options, ["chat", messages, max_output_tokens]
         if effort := options.reasoning_effort.get(stage):
@@ -146,19 +147,17 @@ class Gateway:
             # A provider spreads one key's requests over its machines past a rate, so they are
             # warmed and paced by key; a server under an in-flight limit (one a team runs) keeps
             # its prefix cache on its own machines, and pacing would only slow it.
-            if self.in_flight(self.endpoint(stage), model).cap != 0:
+            if self.in_flight(endpoint, model).cap != 0:
                 key = None
         reply = self._send(
             Request(
                 stage,
                 model,
-                self.endpoint(stage),
+                endpoint,
                 payload,
                 prompt,
                 min(max_output_tokens or self.policy.expected_output_tokens, self.policy.expected_output_tokens),
-                lambda client: client.chat.completions.with_raw_response.create(
-                    model=model, messages=messages, **extra
-                ),
+                lambda: client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra),
                 lambda response: {"text": (response.choices[0].message.content if response.choices else None) or ""},
                 options.service_tier,
                 check_prompt=True,
@@ -187,7 +186,7 @@ class Gateway:
         return counts[0], counts[1]
 
     def embed(self, texts: list[str], *, model: str, stage: Stage = "embeddings") -> list[list[float]]:
-        tokens = sum(self.counter.count_many(texts))
+        tokens, client = sum(self.counter.count_many(texts)), self._client(self.endpoint(stage))
         reply = self._send(
             Request(
                 stage,
@@ -196,7 +195,7 @@ class Gateway:
                 ["embeddings", texts],
                 tokens,
                 0,
-                lambda client: client.embeddings.with_raw_response.create(model=model, input=texts),
+                lambda: client.embeddings.with_raw_response.create(model=model, input=texts),
                 lambda response: {"vectors": [item.embedding for item in sorted(response.data, key=lambda d: d.index)]},
                 "standard",
             )

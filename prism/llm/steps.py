@@ -65,7 +65,10 @@ class Request:
     payload: list  # what identifies the request's answer (its response-cache key)
     prompt: int  # prompt tokens, as counted here
     output: int  # output tokens expected, reserved until the real use is known
-    send: Callable[[Any], Any]  # the SDK call on a client, returning its raw response
+    # The SDK call, returning its raw response. Its client is made before the path: nothing slow
+    # may come between the rate limit's take and the request going out, or the provider's window
+    # slides later than the fleet's and refuses what the fleet's admitted.
+    send: Callable[[], Any]
     decode: Callable[[Any], dict]  # the parsed response -> the body the caller reads
     tier: str  # the service tier asked for
     check_prompt: bool = False  # flag a server that counted far fewer prompt tokens than were sent
