@@ -186,12 +186,13 @@ class Gateway:
         return counts[0], counts[1]
 
     def embed(self, texts: list[str], *, model: str, stage: Stage = "embeddings") -> list[list[float]]:
-        tokens, client = sum(self.counter.count_many(texts)), self._client(self.endpoint(stage))
+        endpoint, tokens = self.endpoint(stage), sum(self.counter.count_many(texts))
+        client = self._client(endpoint)
         reply = self._send(
             Request(
                 stage,
                 model,
-                self.endpoint(stage),
+                endpoint,
                 ["embeddings", texts],
                 tokens,
                 0,

@@ -2,12 +2,13 @@
 
 import pytest
 
-from prism.endpoints import Endpoint, RetryPolicy
+from prism.endpoints import Endpoint, ModelLimits, RetryPolicy
 from prism.llm import Gateway, LlmError, recording
 from prism.models import FILING_TYPES, RunConfig
 from prism.pricing import PriceTable
 from prism.rankers import build_ranker
 from tests.conftest import DOC_DEV, load
+from workers.limiter import FleetLimiter
 
 pytestmark = pytest.mark.integration
 MESSAGES = [
@@ -32,6 +33,30 @@ def test_usage_latency_and_price_are_recorded(fresh_simulator):
         call.attempts == 1 and call.error is None and call.usage.prompt_tokens > 20 and call.usage.completion_tokens > 0
     )
     assert call.usd == PriceTable.load().usd("gpt-5-mini", call.usage) and call.usd > 0
+
+
+def test_the_sdk_client_is_made_before_the_rate_limit_is_taken(fresh_simulator):
+    """A client made after the fleet's take (an SSL context, more under load) sends the request
+    later than the fleet counted it, and at its window's end the provider refuses what the fleet
+    admitted: a process's first chat and embedding requests find their client made."""
+    client_made: list[bool] = []
+
+    class Watching(FleetLimiter):
+        gateway: Gateway
+
+        def acquire(self, endpoint, model, tokens, prompt_key=None):
+            client_made.append(bool(self.gateway._clients))
+            return super().acquire(endpoint, model, tokens, prompt_key)
+
+    def fresh() -> Gateway:
+        limiter = Watching(None, {"*": ModelLimits(requests="100/minute")})
+        endpoint = Endpoint(base_url=fresh_simulator.url, api_key="sk-test")
+        limiter.gateway = Gateway(endpoint, PriceTable.load(), RetryPolicy(timeout_s=5.0), limiter=limiter)
+        return limiter.gateway
+
+    fresh().complete(MESSAGES, stage="documents", model="gpt-5-mini")
+    fresh().embed(["revenue grew"], model="text-embedding-3-small")
+    assert client_made == [True, True]
 
 
 def test_429_waits_for_retry_after_then_succeeds(fresh_simulator):
