@@ -14,14 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from _common import PAGES, load, parser, report
 
-from prism.endpoints import Endpoint, RetryPolicy
 from prism.llm import Gateway
-from prism.metrics import evaluate
+from prism.llm.endpoints import Endpoint, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.models import RunConfig
-from prism.pricing import PriceTable
-from prism.rankers import build_ranker
+from prism.ranking.metrics import evaluate
+from prism.ranking.rankers import build_ranker
+from prism.ranking.strategies.chunks import prepare, rank_chunks
 from prism.segmenting import TokenCounter
-from prism.strategies.chunks import prepare, rank_chunks
 from prism.testing.simulator import Simulator, SimulatorConfig
 
 KEYS = ("ndcg_noise0", "single_noise0", "segmented_noise02", "single_noise02")

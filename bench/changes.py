@@ -1,4 +1,4 @@
-"""What changed since the previous filing (prism/changes.py), on real filings with known edits.
+"""What changed since the previous filing (prism/changes/paragraphs.py), on real filings with known edits.
 
     python bench/changes.py [--quick]
 
@@ -80,8 +80,8 @@ from pathlib import Path
 import numpy as np
 from _common import ROOT, SHARED, ended, parser, report
 
-from prism import changes
-from prism.changes import (
+from prism.changes import paragraphs as changes
+from prism.changes.paragraphs import (
     COUNTERPART_MIN,
     UNCHANGED_MIN,
     Paragraph,

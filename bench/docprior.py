@@ -12,11 +12,11 @@ from _common import DOC_DEV, load, parser, report
 from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
-from prism.endpoints import Endpoint, RetryPolicy
 from prism.llm import Gateway, recording
+from prism.llm.endpoints import Endpoint, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.models import RunConfig
-from prism.pricing import PriceTable
-from prism.rankers import build_ranker
+from prism.ranking.rankers import build_ranker
 from prism.testing.simulator import Simulator, SimulatorConfig
 from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings

@@ -7,7 +7,7 @@ over them ranks, at $0 and on the fleet.
 - Ingest: the folder in-process (one worker, no metadata file). Per filing, against truth.jsonl:
   physical pages (`pages_exact`), the readable documents with their first and last page
   (`documents_exact`), and the identity read from the file: company (`meta_company`, by
-  prism.questions.company_key; a combined filing "A / B" matches either), form type
+  prism.runs.questions.company_key; a combined filing "A / B" matches either), form type
   (`meta_form`), period end (`meta_period`). A filing that misses anything gets a line saying what.
 - The question set: the 37 questions (company scope, one qrel page each) over that corpus,
   embedded, at $0 (the default chunk ranker, no LLM): filing_top1, evidence recall@5, NDCG@5
@@ -38,8 +38,8 @@ from typing import Any
 
 from _common import SHARED, ended, parser, report
 
+from prism.corpus.companies import company_key
 from prism.ingest.accession import accession_of
-from prism.questions import company_key
 from producer.ingest import ingest_source
 from workers.corpus import Corpus
 from workers.store import LocalStore, Store

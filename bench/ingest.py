@@ -22,8 +22,8 @@ from pathlib import Path
 from _common import PAGES, SHARED, parser, report
 
 from prism.datasets import load_queries
+from prism.ranking.strategies.chunks import prepare
 from prism.segmenting import TokenCounter
-from prism.strategies.chunks import prepare
 from producer.ingest import ingest_source
 from workers.corpus import CONTENT, Corpus
 from workers.store import LocalStore, S3Store

@@ -7,7 +7,7 @@ the LLM chunk ranker in segments of 12,000 tokens
 (documents by the $0 prior, so every request is a chunk ranking). Twice: without a cap on
 requests in flight (PRISM_LLM_CONCURRENCY={"*": 0}), then capped at one at a time (set:
 PRISM_LLM_CONCURRENCY={"*": 1}), then with nothing set, as a server that reports no slots gets it:
-a limit that adapts (prism.adaptive), starting at one. A timed-out request is sent again with the
+a limit that adapts (prism.llm.adaptive), starting at one. A timed-out request is sent again with the
 default backoff (up to 60 s apart) until it is answered, so every run ranks every question.
 
 - `timeouts_uncapped`, `timeouts_capped`: attempts that timed out, from each run's cost report.

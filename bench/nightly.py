@@ -37,15 +37,15 @@ from _common import PAGES, Fleet, parser, report
 from batch import BATCH_ENV
 
 from prism.datasets import load_queries
-from prism.endpoints import Endpoint, RequestOptions, RetryPolicy
-from prism.estimate import estimate
 from prism.llm import Gateway
-from prism.metrics import evaluate
+from prism.llm.endpoints import Endpoint, RequestOptions, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.models import RunConfig, Usage
-from prism.pricing import PriceTable
-from prism.rankers import build_ranker
+from prism.ranking.metrics import evaluate
+from prism.ranking.rankers import build_ranker
+from prism.ranking.strategies.chunks import prepare, rank_chunks
+from prism.runs.estimate import estimate
 from prism.segmenting import TokenCounter
-from prism.strategies.chunks import prepare, rank_chunks
 from prism.testing.batches import BatchConfig
 from prism.testing.prompt_cache import CacheModel
 from prism.testing.simulator import DEFAULT_EFFORT, REASONING_SHARES, Simulator, SimulatorConfig

@@ -18,13 +18,13 @@ from pathlib import Path
 
 from _common import DOC_DEV, PAGES, ended, load, parser, redis_db, report, s3_server
 
-from prism.endpoints import Endpoint, RetryPolicy
 from prism.llm import Gateway
+from prism.llm.endpoints import Endpoint, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.models import RunConfig
-from prism.pricing import PriceTable
-from prism.rankers import build_ranker
+from prism.ranking.rankers import build_ranker
+from prism.ranking.strategies.chunks import prepare, rank_chunks
 from prism.segmenting import TokenCounter
-from prism.strategies.chunks import prepare, rank_chunks
 from prism.testing.simulator import Simulator, SimulatorConfig
 from workers.testing import WorkerProcess, fleet_env, prism_cli
 

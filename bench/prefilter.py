@@ -19,16 +19,16 @@ from concurrent.futures import ThreadPoolExecutor
 from _common import PAGES, parser, report
 
 from prism.datasets import load_queries
-from prism.embeddings import local_embedder
-from prism.endpoints import Endpoint, RetryPolicy
-from prism.hybrid import SCORERS
 from prism.llm import Gateway, recording
-from prism.metrics import evaluate
+from prism.llm.endpoints import Endpoint, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.models import RunConfig
-from prism.pricing import PriceTable
-from prism.rankers import build_ranker
+from prism.ranking.embeddings import local_embedder
+from prism.ranking.hybrid import SCORERS
+from prism.ranking.metrics import evaluate
+from prism.ranking.rankers import build_ranker
+from prism.ranking.strategies.chunks import prepare, rank_chunks
 from prism.segmenting import TokenCounter
-from prism.strategies.chunks import prepare, rank_chunks
 from prism.testing.simulator import Simulator, SimulatorConfig
 
 # Pre-filters by tag: keep M pages, or (share) the best that fit in that share of the tokens.

@@ -15,11 +15,11 @@ from _common import DOC_DEV, PAGES, load, parser, report
 from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
-from prism.embeddings import local_embedder
-from prism.hybrid import HybridRanker, dense_scores
-from prism.lexical import LexicalRanker
 from prism.models import Ranking
-from prism.rankers import document_lexical_ranker
+from prism.ranking.embeddings import local_embedder
+from prism.ranking.hybrid import HybridRanker, dense_scores
+from prism.ranking.lexical import LexicalRanker
+from prism.ranking.rankers import document_lexical_ranker
 from workers.priors import PACKAGED, read_prior
 from workers.settings import Settings
 

@@ -30,10 +30,10 @@ from _common import PAGES, parser, report
 from sklearn.linear_model import LogisticRegression
 
 from prism.datasets import load_queries
-from prism.hybrid import hybrid_scores, rrf, within_budget
-from prism.lexical import bm25_scores
-from prism.metrics import evaluate
-from prism.retrieval import DENSE_WEIGHTS, SIGNALS, WEIGHTS, FilingIndex, fuse, standardise
+from prism.ranking.hybrid import hybrid_scores, rrf, within_budget
+from prism.ranking.lexical import bm25_scores
+from prism.ranking.metrics import evaluate
+from prism.ranking.retrieval import DENSE_WEIGHTS, SIGNALS, WEIGHTS, FilingIndex, fuse, standardise
 from prism.segmenting import TokenCounter
 
 SHARE, KEEP = 0.30, 45
@@ -102,7 +102,7 @@ def by_halves(label: str, halves, signals, tokens, names=SIGNALS) -> dict[str, n
 
 def add_dense(name: str, by_filing, signals) -> float:
     """The embedder's signal of every question, one core; pages embedded per CPU second."""
-    from prism.embeddings import MiniLmEmbedder, WordLlamaEmbedder
+    from prism.ranking.embeddings import MiniLmEmbedder, WordLlamaEmbedder
 
     model = MiniLmEmbedder(threads=1) if name == "minilm" else WordLlamaEmbedder()
     cpu, pages = 0.0, 0
@@ -120,8 +120,8 @@ def add_variants(by_filing, signals) -> float:
     """Two candidate signals, measured before any goes into the retriever: ``heading``, BM25 over
     each page's first lines; ``rows``, for metric questions, the best share of a line item's words
     that one table row (a line with figures) of the page names. Pages per CPU second."""
-    from prism.lexical import _tokens
-    from prism.retrieval import _METRICS, _NUMBER, HEADING_CHARS, _bm25, _index, read_question
+    from prism.ranking.lexical import _tokens
+    from prism.ranking.retrieval import _METRICS, _NUMBER, HEADING_CHARS, _bm25, _index, read_question
 
     cpu, pages = 0.0, 0
     for texts, asked in by_filing.items():

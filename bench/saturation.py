@@ -21,8 +21,8 @@ import numpy as np
 import openai
 from _common import Fleet, document_lines, parser, report
 
-from prism import prompts
 from prism.datasets import parse_row
+from prism.ranking import prompts
 from prism.testing.simulator import Simulator, SimulatorConfig
 from producer.prompt_check import CHECK_NAME
 

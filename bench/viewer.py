@@ -31,9 +31,9 @@ from pathlib import Path
 
 from _common import PAGES, SHARED, parser, report
 
-from prism.lexical import cite
 from prism.models import JobResult, QuestionPlan, Ranking, RunConfig, RunManifest
-from prism.planning import pair_id
+from prism.ranking.lexical import cite
+from prism.runs.planning import pair_id
 from producer.ingest import ingest_source
 from producer.view.site import export
 from workers.corpus import Corpus

@@ -13,9 +13,9 @@ from typing import Any, Literal, Protocol, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
 
-from prism import registry
+from prism import names
+from prism.names import ChunkRankerName, DocRankerName, Task
 from prism.options import CompareMode, RunOptions, meta, option
-from prism.registry import ChunkRankerName, DocRankerName, Task
 
 # An LLM step. Each may use its own model and endpoint: the five filing types, one segment of
 # a filing, the pool of segment winners, embeddings, or the evidence-selection roles.
@@ -29,6 +29,23 @@ DEFAULT_EMBEDDER = "hashed"  # $0 and offline
 Flag = Literal["repaired", "retried", "fallback", "truncated", "degraded"]
 
 FILING_TYPES = ("DEF14A", "10-K", "10-Q", "8-K", "Earnings")
+_FORMS = (
+    (re.compile(r"^(10-?k|10-?k ?annual ?report|annual ?report)$"), "10-K"),
+    (re.compile(r"^10-?q$"), "10-Q"),
+    (re.compile(r"^8-?k$"), "8-K"),
+    (re.compile(r"^def ?-?14a|proxy( statement)?$"), "DEF14A"),
+    (re.compile(r"^(earnings|earnings call|earnings call transcript|transcript)$"), "Earnings"),
+)
+
+
+def form_type(value: str) -> str:
+    """The filing type in prism.models.FILING_TYPES spelling when it is one of them, else as given."""
+    lowered = value.strip().lower().replace("_", " ")
+    for pattern, form in _FORMS:
+        if pattern.match(lowered) or pattern.match(lowered.replace(" ", "")):
+            return form
+    return value.strip()
+
 
 # Output caps per stage, in tokens. A ranking is a short list of indices (5 for documents, ten
 # or so per segment); the agent roles answer in JSON with a line of reasoning per candidate.
@@ -242,7 +259,7 @@ class RunConfig(RunOptions):
         return self.doc_ranker if task == "documents" else self.chunk_ranker
 
     def uses_llm(self, task: Task) -> bool:
-        return registry.uses_llm(task, self.ranker_for(task))
+        return names.uses_llm(task, self.ranker_for(task))
 
     def paid_stages(self) -> set[Stage]:
         """The stages whose model is called through the gateway (and so must have a price)."""
@@ -253,7 +270,7 @@ class RunConfig(RunOptions):
             stages.add("evidence")
         elif self.uses_llm("chunks"):
             stages |= {"segments", "rerank"}
-        local = registry.LOCAL_SCORERS
+        local = names.LOCAL_SCORERS
         if (any(self.icl.values()) and self.models["embeddings"] not in local) or self.dense not in local:
             stages.add("embeddings")
         return stages

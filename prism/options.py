@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
-from prism.registry import PromptLayout, PromptVariant
+from prism.names import PromptLayout, PromptVariant
 
 Command = str  # a command's name: run, enqueue, estimate, resume, status, ...
 # ranking: changes every job's result (in the job ids); plan: changes which filings a question is
@@ -26,7 +26,7 @@ PLANNING: tuple[Command, ...] = ("run", "enqueue", "estimate")  # the commands t
 SPENDING: tuple[Command, ...] = ("run", "enqueue", "resume")  # the commands that spend
 
 FilingsPerQuestion = Annotated[int, Field(ge=1, le=20)] | Literal["auto"]
-# The earlier filing a question's filings are compared with (prism/comparable.py): the one before
+# The earlier filing a question's filings are compared with (prism/corpus/comparable.py): the one before
 # (a 10-Q's quarter before, a first quarter's annual report), or the same period a year before.
 CompareMode = Literal["previous", "year_ago"]
 

@@ -12,8 +12,8 @@ from itertools import combinations
 
 from rich.console import Console
 
-from prism.metrics import run_statistics, welch
 from prism.models import RunManifest
+from prism.ranking.metrics import run_statistics, welch
 from workers.store import Store
 
 TASKS = ("documents", "chunks")

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from prism.edgar import IndexRow, parse_index
+from prism.corpus.edgar import IndexRow, parse_index
+from prism.corpus.filters import Candidate, Selection, ciks_of, forms_of
 from prism.ingest.accession import accession_of
 from prism.ingest.archives import Member, archive_kind, list_archive, read_member
 from prism.ingest.filings import source_kind
 from prism.ingest.models import SourceEntry
 from prism.ingest.sgml import head_fields
-from prism.questions import read_questions
-from prism.selection import Candidate, Selection, ciks_of, forms_of
+from prism.runs.questions import read_questions
 from producer.sources import Source
 from producer.spec import RunError
 from workers.corpus import Corpus, IngestSummary, failed_source

@@ -93,8 +93,8 @@ def _user_errors() -> tuple[type[Exception], ...]:
     """The errors a user's input or settings cause; imported only once something is raised, since
     two live beside heavy modules (the example index, the prior) that most commands never load."""
     from prism.datasets import InputFileError, RowError
-    from prism.icl import ExampleStoreError
-    from prism.prior import PriorModelError
+    from prism.ranking.icl import ExampleStoreError
+    from prism.ranking.prior import PriorModelError
 
     return (SettingsProblem, RunError, ExampleStoreError, PriorModelError, RowError, InputFileError)
 

@@ -2,7 +2,7 @@
 question set over a corpus (`--questions Q --corpus C`); and the same pricing of the plans a
 question-set run made, for its report's estimate beside what it spent.
 
-A question set is planned here through prism.planning, as the fleet's planning task plans it
+A question set is planned here through prism.runs.planning, as the fleet's planning task plans it
 (the scope's company, the period, the filings `--filings` takes), but without Celery, without an
 LLM call and without writing anything. The filing types are scored by the document prior: where
 an LLM ranks them in the run, its order is not known before its call, so the filing it leads to
@@ -17,14 +17,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from prism.corpus.periods import Choice
+from prism.corpus.view import CorpusView
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
-from prism.estimate import Estimate
 from prism.models import Query, RunConfig, Stage
-from prism.periods import Choice
-from prism.planning import CorpusView, choose, compare_mode, in_scope, previous_filings
-from prism.prior import DocPrior
-from prism.questions import Question, read_questions
-from prism.rankers import asks_llm
+from prism.ranking.prior import DocPrior
+from prism.ranking.rankers import asks_llm
+from prism.runs.estimate import Estimate
+from prism.runs.planning import choose, compare_mode, in_scope, previous_filings
+from prism.runs.questions import Question, read_questions
 from producer.inputs import invalid_failure, question_items
 from producer.spec import RunError, open_corpus
 from workers.corpus import Corpus
@@ -62,7 +63,7 @@ def planned_by_prior(
     question: Question, view: CorpusView, prior: DocPrior, config: RunConfig, corpus: str
 ) -> PlannedQuestion:
     """The filings the planning task would choose for a question: the same two steps of
-    prism.planning (in_scope, choose), its filing types scored by the prior where the task may
+    prism.runs.planning (in_scope, choose), its filing types scored by the prior where the task may
     ask an LLM. As there, a scope with no filing pays for no document ranking."""
     scoped = in_scope(question, view)
     scores = prior.form_scores(question.question) if scoped.pool else {}

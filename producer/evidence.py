@@ -1,5 +1,5 @@
 """The evidence of a question-set run as an analyst opens it (evidence.csv, evidence.parquet) and
-as its report prints it, with what changed since the earlier filings. prism/evidence.py makes
+as its report prints it, with what changed since the earlier filings. prism/runs/evidence.py makes
 the rows from what the run stored and what this reads of the corpus first."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable
 
-from prism.evidence import COLUMNS, SCHEMA, evidence_rows
-from prism.redlines import KINDS
+from prism.changes.redlines import KINDS
+from prism.runs.evidence import COLUMNS, SCHEMA, evidence_rows
 from workers.corpus import Corpus
 from workers.runstate import RunState, read_evidence
 
 
 def rows_of(state: RunState, corpus: Corpus, compared: bool = True) -> tuple[list[dict], dict]:
-    """The run's evidence rows and metrics (prism/evidence.py)."""
+    """The run's evidence rows and metrics (prism/runs/evidence.py)."""
     return evidence_rows(state.results, *read_evidence(state, corpus, compared), compared)
 
 

@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from pydantic import BaseModel
 
-from prism.edgar import (
+from prism.corpus.edgar import (
     EdgarIndexError,
     IndexRow,
     archive_path,
@@ -32,7 +32,7 @@ from prism.edgar import (
     quarters,
     saved_as,
 )
-from prism.selection import Candidate
+from prism.corpus.filters import Candidate
 from producer.archives import Filter
 from producer.collect import run_tasks
 from producer.spec import RunError

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from prism.datasets import InputFileError, RowError
 from prism.models import Failure
-from prism.questions import Question, read_questions
+from prism.runs.questions import Question, read_questions
 from workers.settings import Settings
 from workers.store import open_input
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 from datetime import date
 from itertools import islice
 
+from prism.corpus.view import CorpusView
 from prism.ingest.models import FilingEntry
-from prism.planning import CorpusView
 from producer.spec import open_corpus
 from workers.settings import Settings
 

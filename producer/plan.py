@@ -23,9 +23,9 @@ from urllib.parse import urlparse
 
 from celery import Celery
 
+from prism.corpus.view import digest
 from prism.datasets import InputFileError, RowError, RowWarning, read_input
 from prism.models import Query, job_id
-from prism.planning import digest
 from producer.inputs import invalid_failure
 from producer.spec import RunSpec
 from workers.app import send

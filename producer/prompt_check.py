@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime, timedelta
 
-from prism import prompts
 from prism.llm import PROMPT_GAP_SHARE, Deferred, Gateway, LlmError, recording
 from prism.models import CallRecord, PromptCheck, RunConfig, Stage
+from prism.ranking import prompts
 from workers.store import Store, get_model, prompt_check_key, put_model
 
 # Where the check's calls are kept in the run (as spent, outside any job), and under what query id.

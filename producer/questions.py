@@ -15,10 +15,11 @@ from functools import cache
 
 from celery import Celery
 
+from prism.corpus.view import CorpusView
 from prism.datasets import InputFileError, RowError
 from prism.ingest.models import FilingEntry
-from prism.planning import CorpusView, question_job_id
-from prism.questions import Question
+from prism.runs.planning import question_job_id
+from prism.runs.questions import Question
 from producer.inputs import invalid_failure, question_items
 from producer.plan import Plan
 from producer.spec import RunSpec, open_corpus

@@ -16,10 +16,10 @@ from functools import cached_property
 
 import redis
 
-from prism.figures import reckon
 from prism.llm import Outage
 from prism.models import RunManifest
-from prism.status import ENDED, settle
+from prism.runs.lifecycle import ENDED, settle
+from prism.runs.reckoning import reckon
 from producer import report
 from producer.spec import RunError
 from workers import keys
@@ -126,8 +126,8 @@ class RunReader:
 
     def finalize(self, state: RunState, manifest: RunManifest, budget_spent: bool = False) -> RunEnd:
         """Read what the run stored (a question set's plans gathered into plan.jsonl and
-        questions.jsonl), settle its status and counts (prism/status.py), reckon what it came to
-        (prism/outcomes.py), put that in words, then write the report files and the manifest."""
+        questions.jsonl), settle its status and counts (prism/runs/lifecycle.py), reckon what it came to
+        (prism/runs/outcomes.py), put that in words, then write the report files and the manifest."""
         gone = bool(manifest.owner) and not _alive(manifest.owner or "")
         recorded = {k: manifest.settings[k] for k in ("service_tier",) if k in manifest.settings}
         settings = self.settings.model_copy(update=recorded)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from prism.estimate import Estimate
-from prism.figures import Figures
 from prism.models import RunManifest
-from prism.outcomes import CostSummary, usd_text
+from prism.runs.estimate import Estimate
+from prism.runs.outcomes import CostSummary, usd_text
+from prism.runs.reckoning import Figures
 from producer import analysis, evidence
 from workers.runfiles import ReportFiles
 from workers.runstate import RunState
@@ -22,7 +22,7 @@ def compose(
     figures: Figures,
     estimate: Estimate | str | None = None,
 ) -> ReportFiles:
-    """Every report file of a run, from what it came to (prism/outcomes.py) and the manifest it is
+    """Every report file of a run, from what it came to (prism/runs/outcomes.py) and the manifest it is
     finalized with; whoever finalizes the run writes them with its manifest. A question set over
     a corpus also gets its evidence table and the metrics over its questions, and where an LLM
     ranked, its estimate (or why there is none) beside what it cost."""

@@ -14,9 +14,9 @@ from celery import Celery
 from rich.console import Console
 
 from prism.llm import spending
+from prism.llm.pricing import PriceTable
 from prism.models import PromptCheck, RunManifest, Usage
-from prism.pricing import PriceTable
-from prism.status import error_text, with_failure
+from prism.runs.lifecycle import error_text, with_failure
 from producer import report
 from producer.plan import Plan, plan_run
 from producer.prompt_check import CHECK_NAME, check_prompts

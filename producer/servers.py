@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prism.endpoints import SELF_HOSTED_CONTEXT, InFlight, segment_budget
+from prism.llm.endpoints import SELF_HOSTED_CONTEXT, InFlight, segment_budget
 from prism.models import RunConfig, Stage
 from workers.settings import Settings, named
 

@@ -43,7 +43,7 @@ def metrics_table(metrics: dict) -> Table:
 
 def print_summary(end: RunEnd) -> None:
     """The run's end: its status, counts, spend, metrics and where its files are."""
-    from prism.outcomes import usd_text
+    from prism.runs.outcomes import usd_text
 
     manifest, cost, metrics = end.manifest, end.cost, end.metrics
     out, c, total = Console(soft_wrap=True), manifest.counts, cost["total"]

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from prism.outcomes import cost_report, usd_text
+from prism.runs.outcomes import cost_report, usd_text
 from producer.plan import Plan
 from workers import keys
 from workers.batches import batch_summary

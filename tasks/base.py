@@ -24,9 +24,9 @@ from celery import Task
 from celery.exceptions import Retry
 from pydantic import BaseModel
 
-from prism import icl
 from prism.llm import AwaitingBatch, BudgetExhausted, RateLimited, batching, recording, spending
 from prism.models import CallRecord
+from prism.ranking import icl
 from workers import runtime
 from workers.messages import AggregateJob, Job, SegmentJob
 

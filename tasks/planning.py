@@ -19,24 +19,16 @@ from typing import Literal
 import structlog
 from celery import shared_task
 
-from prism.hybrid import dense_scorer
+from prism.corpus.periods import Choice
+from prism.corpus.view import CorpusView
 from prism.ingest.models import Chunking
 from prism.llm import BudgetExhausted, Gateway, recording
 from prism.models import FILING_TYPES, Considered, JobResult, PlannedPair, Query, QuestionPlan, RunConfig, job_id
-from prism.periods import Choice
-from prism.planning import (
-    CorpusView,
-    Previous,
-    choose,
-    compare_mode,
-    in_scope,
-    pair_id,
-    pair_job_id,
-    previous_filings,
-)
-from prism.questions import Question
+from prism.ranking.hybrid import dense_scorer
+from prism.ranking.strategies import chunks
+from prism.runs.planning import Previous, choose, compare_mode, in_scope, pair_id, pair_job_id, previous_filings
+from prism.runs.questions import Question
 from prism.segmenting import TokenCounter
-from prism.strategies import chunks
 from tasks.base import JobTask, QueryTask
 from tasks.ranking import enqueue_level, rank_documents
 from workers import inputs

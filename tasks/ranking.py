@@ -9,7 +9,7 @@ import structlog
 from celery import chord, shared_task
 
 from prism.models import CallRecord, Ranking, SegmentOutcome
-from prism.strategies import chunks
+from prism.ranking.strategies import chunks
 from tasks.base import JobTask, QueryTask
 from workers.messages import AggregateJob, ChunkJob, DocumentJob, Priority, SegmentJob, TaskName
 from workers.runtime import Runtime

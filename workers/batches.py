@@ -29,8 +29,7 @@ from decimal import Decimal
 import redis
 import structlog
 
-from prism import batch
-from prism.llm import BatchApiError, Budget, Cache, Gateway
+from prism.llm import BatchApiError, Budget, Cache, Gateway, batch
 from prism.models import CallRecord, Stage, Task, Usage
 from workers.ledger import Ledger
 from workers.messages import Job

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from prism.companies import COLUMNS, CompanyIndex, company_of, index_row
+from prism.corpus.companies import COLUMNS, CompanyIndex, company_of, index_row
 from prism.ingest.models import FilingEntry, SourceEntry
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 import redis
 
-from prism.endpoints import Endpoint
 from prism.llm import Outage
+from prism.llm.endpoints import Endpoint
 from workers import keys
 
 

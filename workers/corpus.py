@@ -23,9 +23,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from prism.corpus.view import CorpusView, Versioned
 from prism.ingest.extract import IngestError
 from prism.ingest.models import Filing, FilingEntry, SourceEntry, VersionEntry
-from prism.planning import CorpusView, Versioned
 from workers.catalog import Catalog
 from workers.store import Store, get_model, put_model, safe_name
 

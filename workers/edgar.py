@@ -15,9 +15,9 @@ from urllib.parse import urlparse
 
 import requests
 
-from prism.edgar import refused_for_rate
-from prism.endpoints import Rate
+from prism.corpus.edgar import refused_for_rate
 from prism.ingest.sgml import is_submission
+from prism.llm.endpoints import Rate
 from workers.circuit import Circuits
 from workers.limiter import LocalWindows, RedisWindows
 from workers.messages import Fetched, FetchJob

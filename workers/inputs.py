@@ -10,13 +10,13 @@ from collections.abc import Iterator, Sequence
 
 from pydantic import BaseModel
 
-from prism.estimate import Estimate, Priced, estimate
 from prism.ingest.models import Chunking, Filing, FilingEntry
+from prism.llm.pricing import PriceTable
 from prism.models import FILING_TYPES, Query, QuestionPlan, RunConfig, Stage
-from prism.pricing import PriceTable
+from prism.ranking.strategies.chunks import MAX_CHUNK_SHARE, ChunkInput, prepare
+from prism.runs.estimate import Estimate, Priced, estimate
+from prism.runs.lifecycle import error_text
 from prism.segmenting import MARKER_TOKENS, TokenCounter
-from prism.status import error_text
-from prism.strategies.chunks import MAX_CHUNK_SHARE, ChunkInput, prepare
 from workers.corpus import Corpus
 from workers.settings import Settings
 from workers.store import get_model, put_model, safe_name

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from prism.adaptive import Sample
-from prism.endpoints import InFlight, ModelLimits, Rate, parse_rate
 from prism.llm import RateLimited, Reservation
+from prism.llm.adaptive import Sample
+from prism.llm.endpoints import InFlight, ModelLimits, Rate, parse_rate
 from workers import keys
 from workers.slots import FleetSlots, LocalSlots, RedisSlots
 

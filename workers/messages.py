@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from prism.ingest.archives import Member
 from prism.ingest.models import Chunking
 from prism.models import CallRecord, RunConfig, SegmentOutcome, Task
-from prism.questions import Question
+from prism.runs.questions import Question
 
 
 class TaskName:

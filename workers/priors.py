@@ -7,11 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 
-from prism.icl import EXAMPLES, INDEX, ExampleStore, ExampleStoreError
-from prism.icl import META as ICL_META
 from prism.models import RunConfig
-from prism.prior import ARRAYS, META, DocPrior, PriorModelError, checksum
-from prism.registry import NEEDS_PRIOR
+from prism.names import NEEDS_PRIOR
+from prism.ranking.icl import EXAMPLES, INDEX, ExampleStore, ExampleStoreError
+from prism.ranking.icl import META as ICL_META
+from prism.ranking.prior import ARRAYS, META, DocPrior, PriorModelError, checksum
 from workers.settings import Settings, named
 from workers.store import open_store
 

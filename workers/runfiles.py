@@ -36,7 +36,7 @@ from enum import StrEnum
 from pydantic import BaseModel
 
 from prism.models import RunManifest, Task
-from prism.status import MOVES
+from prism.runs.lifecycle import MOVES
 from workers.store import Store, get_model, put_model, safe_name
 
 

@@ -1,4 +1,4 @@
-"""The read model of a run: its stored outcomes (prism/outcomes.py), read incrementally.
+"""The read model of a run: its stored outcomes (prism/runs/outcomes.py), read incrementally.
 Report and analysis build on it; nothing here writes."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from prism.evidence import CorpusPart
 from prism.ingest.models import Filing
 from prism.models import Failure, JobResult, Reference, Spent
-from prism.outcomes import RunOutcomes
+from prism.runs.evidence import CorpusPart
+from prism.runs.outcomes import RunOutcomes
 from workers.corpus import Corpus
 from workers.runfiles import Outcome, RunFiles, RunLayout
 from workers.store import Store, get_model

@@ -15,15 +15,15 @@ import redis
 import structlog
 
 from prism.ingest.models import Filing
-from prism.lexical import cite
 from prism.llm import Gateway, Outage
+from prism.llm.pricing import PriceTable
 from prism.models import CallRecord, Cited, Ranker, RunConfig, Stage
-from prism.pricing import PriceTable
-from prism.prior import DocPrior
-from prism.rankers import build_ranker
-from prism.retrieval import INDEXES
+from prism.ranking.lexical import cite
+from prism.ranking.prior import DocPrior
+from prism.ranking.rankers import build_ranker
+from prism.ranking.retrieval import INDEXES
+from prism.ranking.strategies.chunks import ChunkInput
 from prism.segmenting import TokenCounter
-from prism.strategies.chunks import ChunkInput
 from workers import keys, metrics, priors
 from workers.batches import BatchDriver, BatchLimits, StoreBatchQueue, TickLock
 from workers.budget import RunBudget

@@ -20,12 +20,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from prism.adaptive import UPPER_BOUND
-from prism.endpoints import FLEX_TIMEOUT_S, Endpoint, ModelLimits, OutputCapParam, RequestOptions, RetryPolicy
 from prism.ingest.models import CHUNK_TOKENS, CHUNK_TOKENS_RANGE, Chunking
+from prism.llm.adaptive import UPPER_BOUND
+from prism.llm.endpoints import FLEX_TIMEOUT_S, Endpoint, ModelLimits, OutputCapParam, RequestOptions, RetryPolicy
 from prism.models import DEFAULT_EMBEDDER, DEFAULT_MODEL, STAGES, RunConfig, Stage
+from prism.names import ChunkRankerSetting, DocRankerSetting, ReasoningEffort, ServiceTier
 from prism.options import PLANNING, RunOptions, flag_of, option
-from prism.registry import ChunkRankerSetting, DocRankerSetting, ReasoningEffort, ServiceTier
 
 FaultStage = Literal["ranker", "input", "aggregate", "store"]
 
@@ -184,7 +184,7 @@ class Settings(BaseSettings, RunOptions):
         "how long fetches pause after EDGAR refuses for the rate (403 threshold page, 429, 503) before one tries again",
         gt=0,
     )
-    # which filings a backfill or a fetch takes (prism.selection): all unset, every one
+    # which filings a backfill or a fetch takes (prism.corpus.filters): all unset, every one
     forms: str | None = option(
         None,
         "the forms to take, comma-separated as EDGAR writes them (10-K,10-Q,8-K); exact: 10-K is not 10-K/A",

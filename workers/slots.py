@@ -6,7 +6,7 @@ process for an embedded run. A request holds its slot while its attempt runs and
 meanwhile; it waits for one before it is sent, so the wait is never part of its timeout.
 
 The limit is fixed (PRISM_LLM_CONCURRENCY; a hosted API has none) or, for a server a team runs,
-adapts (prism.adaptive). Then every process reports how each attempt ended, beside the
+adapts (prism.llm.adaptive). Then every process reports how each attempt ended, beside the
 semaphore, and one controller steers: whichever process holds the lead, a lease renewed at each
 decision. It reads the reports, decides once every ``PACE_S`` and publishes the limit and why.
 A process that stops deciding (its run ended, it was killed) loses the lead within
@@ -26,10 +26,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prism.adaptive import AdaptiveLimit, Sample
-from prism.endpoints import InFlight
 from prism.llm import RateLimited
-from prism.serverinfo import queue_waiting
+from prism.llm.adaptive import AdaptiveLimit, Sample
+from prism.llm.endpoints import InFlight
+from prism.llm.serverinfo import queue_waiting
 from workers import keys
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from datetime import date, datetime
 from typing import Any
 
 from prism.ingest.accession import ACCESSION, accession_of
-from prism.ingest.meta import form_type
 from prism.ingest.models import GUESSED_ORIGINS, FilingMeta, MetaField, MetaOrigin
+from prism.models import form_type
 
 # Bumped when identity reads more from a filing (2: the accession number): each file is read once
 # more, its filing found unchanged by content and its identity brought up to date, at no new version.

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from prism.ingest.extract import IngestError
 from prism.ingest.models import FilingMeta
+from prism.models import form_type
 
 # Keys of a metadata record, by the field they give (FinanceBench's own names included).
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -31,23 +32,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 ID_KEYS = ("filing_id", "id")
 MATCH_KEYS = ("file", "doc_name", "name", "id", "filing_id")
-_FORMS = (
-    (re.compile(r"^(10-?k|10-?k ?annual ?report|annual ?report)$"), "10-K"),
-    (re.compile(r"^10-?q$"), "10-Q"),
-    (re.compile(r"^8-?k$"), "8-K"),
-    (re.compile(r"^def ?-?14a|proxy( statement)?$"), "DEF14A"),
-    (re.compile(r"^(earnings|earnings call|earnings call transcript|transcript)$"), "Earnings"),
-)
 _PERIOD = re.compile(r"^(?:FY\s*(\d{4})|(\d{4})\s*-?\s*Q([1-4])|Q([1-4])\s*-?\s*(\d{4})|(\d{4}))$", re.IGNORECASE)
-
-
-def form_type(value: str) -> str:
-    """The filing type in prism.models.FILING_TYPES spelling when it is one of them, else as given."""
-    lowered = value.strip().lower().replace("_", " ")
-    for pattern, form in _FORMS:
-        if pattern.match(lowered) or pattern.match(lowered.replace(" ", "")):
-            return form
-    return value.strip()
 
 
 def meta_from_record(record: dict[str, Any], source_uri: str, where: str) -> FilingMeta:

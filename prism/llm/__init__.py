@@ -1,6 +1,11 @@
 """The one place that talks to an LLM: the Gateway (gateway.py) and the path its requests take
 (steps.py, in the order STEPS lists). The cache, limiter, circuit and budget are interfaces
-(ports.py) that the fleet backs with Redis and S3."""
+(ports.py) that the fleet backs with Redis and S3. Beside them, what the path needs of the
+servers: endpoints, what a server says of itself (serverinfo), the adaptive in-flight limit,
+the Batch API's lines and prices.
+
+May import: prism's shared modules.
+"""
 
 from prism.llm.errors import (
     AwaitingBatch,

@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
-from prism import batch
-from prism.adaptive import UPPER_BOUND
-from prism.endpoints import SELF_HOSTED_START, Endpoint, InFlight, RequestOptions, RetryPolicy, ServerFacts
+from prism.llm import batch
+from prism.llm.adaptive import UPPER_BOUND
+from prism.llm.endpoints import SELF_HOSTED_START, Endpoint, InFlight, RequestOptions, RetryPolicy, ServerFacts
 from prism.llm.errors import BatchApiError
 from prism.llm.ports import Cache, Circuit, Limiter, NoLimiter
+from prism.llm.pricing import PriceTable
 from prism.llm.replies import describe, is_retryable, usage_of
+from prism.llm.serverinfo import server_facts
 from prism.llm.steps import Reply, Request, backoff, chain
 from prism.models import CallRecord, Stage
-from prism.pricing import PriceTable
-from prism.serverinfo import server_facts
 
 if TYPE_CHECKING:  # the SDK is imported where a request is made: commands that make none start sooner
     import openai

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
-from prism.adaptive import Sample
-from prism.endpoints import InFlight
+from prism.llm.adaptive import Sample
+from prism.llm.endpoints import InFlight
 from prism.models import CallRecord, Stage
 
 # An endpoint that is down: calls wait about as long as it has been down, within these bounds

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
-from prism.adaptive import Outcome, Sample
-from prism.endpoints import Endpoint, InFlight, RetryPolicy
+from prism.llm.adaptive import Outcome, Sample
+from prism.llm.endpoints import Endpoint, InFlight, RetryPolicy
 from prism.llm.errors import AwaitingBatch, ContextTooLong, LlmError, ProviderUnavailable
 from prism.llm.ports import (
     BatchQueue,
@@ -36,6 +36,7 @@ from prism.llm.ports import (
     current_budget,
     record,
 )
+from prism.llm.pricing import PriceTable
 from prism.llm.replies import (
     describe,
     is_context_overflow,
@@ -46,7 +47,6 @@ from prism.llm.replies import (
     retry_after,
 )
 from prism.models import CallRecord, Stage, Usage
-from prism.pricing import PriceTable
 
 
 def cache_key(endpoint: Endpoint, model: str, payload: list) -> str:

@@ -1,5 +1,5 @@
 """A discrete-event model of a batching LLM server, driven by an in-flight limit (a fixed cap,
-prism.adaptive's controller, or one of prism.testing.limit_baselines), to tune and check the
+prism.llm.adaptive's controller, or one of prism.testing.limit_baselines), to tune and check the
 controller in seconds without HTTP.
 
 The server computes up to ``slots`` requests at once and queues the rest in arrival order. Each
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prism.adaptive import AdaptiveLimit, Decision, Sample
+from prism.llm.adaptive import AdaptiveLimit, Decision, Sample
 
 # The standard scenarios: requests of 2 s alone, timeouts at 2.5 times the service time of a
 # full batch of 16 (the tightest the targets allow), ten minutes each.
@@ -43,7 +43,7 @@ SETTLE_HOLD_S = 20.0  # how long it must stay so
 
 
 class Controller(Protocol):
-    """What drives the client's limit: prism.adaptive.AdaptiveLimit, or one to compare it with."""
+    """What drives the client's limit: prism.llm.adaptive.AdaptiveLimit, or one to compare it with."""
 
     limit: int
 

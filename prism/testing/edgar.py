@@ -23,7 +23,7 @@ from datetime import date
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from prism.edgar import THRESHOLD, daily_index, full_index, quarter
+from prism.corpus.edgar import THRESHOLD, daily_index, full_index, quarter
 from prism.testing.feed import Copy, form_index
 
 LIMIT = 10  # requests a second, per client

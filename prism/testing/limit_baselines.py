@@ -1,7 +1,7 @@
 """The usual adaptive concurrency limits, written as Netflix's concurrency-limits library has them,
-to compare prism.adaptive's controller with on the simulated servers of
+to compare prism.llm.adaptive's controller with on the simulated servers of
 prism.testing.adaptive_sim. Each decides once per tick from the answers of that tick; latency is
-an answer's as if it were of the reference size (prism.adaptive.LatencyFloor), so that the
+an answer's as if it were of the reference size (prism.llm.adaptive.LatencyFloor), so that the
 comparison is about the rule, not the size noise.
 
 - ``VegasLimit``: the queue estimate ``limit * (1 - floor / latency)``; grow while it is under
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from prism.adaptive import Decision, LatencyFloor, Sample
+from prism.llm.adaptive import Decision, LatencyFloor, Sample
 
 
 class _Base:

@@ -51,9 +51,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prism.datasets import MARKERS, split_prompt
-from prism.lexical import LexicalRanker
 from prism.models import Query
-from prism.rankers import document_lexical_ranker
+from prism.ranking.lexical import LexicalRanker
+from prism.ranking.rankers import document_lexical_ranker
 from prism.segmenting import TokenCounter
 from prism.testing import server_kinds
 from prism.testing.batches import BatchApi
@@ -530,7 +530,7 @@ class Simulator:
 
     def embeddings(self, body: dict) -> tuple[int, dict, dict[str, str], float]:
         """Embeddings by the offline hashed embedder: deterministic, and close for close texts."""
-        from prism.embeddings import local_embedder
+        from prism.ranking.embeddings import local_embedder
 
         texts = body.get("input")
         texts = [texts] if isinstance(texts, str) else list(texts or [])

@@ -151,7 +151,7 @@ def corpus_ls(
     """A corpus's filings, streamed: the id a question's qrels name, with its company, CIK, form,
     period, filing date, accession number and pages, and the identity fields that were guessed.
     --cik and --company read that company's filings alone; without them every filing is listed."""
-    from prism.selection import forms_of
+    from prism.corpus.filters import forms_of
     from producer.listing import list_filings
 
     settings = settings_with({})

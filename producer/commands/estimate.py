@@ -14,8 +14,8 @@ from producer.spec import RunError
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from prism.estimate import Estimate
     from prism.models import RunConfig
+    from prism.runs.estimate import Estimate
 
 
 @flags("estimate")
@@ -86,8 +86,8 @@ def _question_set(
 
 
 def _rows(out: Console, input: str, settings: Settings, config: RunConfig, reasoning_share: float) -> Estimate:
-    from prism.estimate import estimate as run_estimate
-    from prism.pricing import PriceTable
+    from prism.llm.pricing import PriceTable
+    from prism.runs.estimate import estimate as run_estimate
     from producer.estimate import read_rows
 
     if not Path(input).is_file():

@@ -39,7 +39,7 @@ def prior_fit(
 ) -> None:
     """Fit the prior: features and ridge strength chosen by cross-validation on INPUT, less any
     row whose id or question is in an --exclude file; confidence calibrated out of fold."""
-    from prism.prior import DocPrior
+    from prism.ranking.prior import DocPrior
 
     settings = settings_with({})
     rows, held_out = _training_rows(input, exclude or [], settings)
@@ -61,7 +61,7 @@ def prior_eval(
     model: Annotated[str | None, typer.Option("--model", help="The model; default: the one shipped.")] = None,
 ) -> None:
     """NDCG@5, MRR@5 and MAP@5 of the prior and of the constant type order on INPUT."""
-    from prism.metrics import evaluate as score
+    from prism.ranking.metrics import evaluate as score
     from workers.priors import PACKAGED, read_prior
 
     settings = settings_with({})
@@ -91,9 +91,9 @@ def icl_build(
 ) -> None:
     """Embed every training question with its gold ranking into a FAISS index, saved as plain
     files with a checksum. API embeddings go through the gateway and are priced."""
-    from prism.embeddings import embedder as make_embedder
-    from prism.icl import ExampleStore
     from prism.llm import recording
+    from prism.ranking.embeddings import embedder as make_embedder
+    from prism.ranking.icl import ExampleStore
     from workers.runtime import Runtime
 
     settings = settings_with({})

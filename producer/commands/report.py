@@ -26,7 +26,7 @@ RunIds = Annotated[list[str], typer.Argument(help="One run, or several to compar
 @flags("status")
 def status(run_id: str, **options: Any) -> None:
     """Done, failed and pending jobs, tokens, USD and the time left."""
-    from prism.outcomes import cost_report, usd_text
+    from prism.runs.outcomes import cost_report, usd_text
     from workers.batches import batch_summary
     from workers.circuit import outage_text
     from workers.slots import slots_text
@@ -90,7 +90,7 @@ def evaluate(run_ids: RunIds, **options: Any) -> None:
     """NDCG@5, MRR@5 and MAP@5 per task and over all queries (evidence precision/recall and
     answer EM/F1 where present); for several runs, statistics per configuration and Welch's
     t-test. The last line is JSON. Reads the run, writes nothing (`prism report` rewrites its files)."""
-    from prism.outcomes import summarize
+    from prism.runs.outcomes import summarize
     from producer import analysis
 
     runs, compared = open_reader(settings_with(options)), {}

@@ -12,8 +12,8 @@ from typing import Any
 
 from prism.ingest.models import Filing
 from prism.models import EXIT_CODES, STATUS_MEANING, RunManifest
-from prism.outcomes import cost_report
-from prism.planning import NO_FILING
+from prism.runs.outcomes import cost_report
+from prism.runs.planning import NO_FILING
 from producer.evidence import rows_of
 from workers.corpus import Corpus
 from workers.runfiles import RunFiles

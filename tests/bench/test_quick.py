@@ -39,5 +39,6 @@ def test_each_benchmark_runs_quick_and_prints_its_keys(script: Path, s3_server: 
     assert done.returncode == 0, done.stderr[-3000:]
     last = done.stdout.strip().splitlines()[-1]
     figures = dict(pair.split("=", 1) for pair in last.split())
+    print(f"{script.stem}: {last}")  # shown with -rP: the figures a change can be compared by
     missing = [k for k in keys if k not in figures]
     assert not missing, f"{script.name} printed no {missing} on its last line: {last}"

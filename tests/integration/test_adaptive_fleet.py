@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from prism.endpoints import InFlight
+from prism.llm.endpoints import InFlight
 from prism.testing.simulator import SimulatorConfig
 from workers import keys
 from workers.slots import FleetSlots, RedisSlots
@@ -31,9 +31,9 @@ import json, sys, threading, time
 import redis
 from workers import keys
 keys.SLOT_LEASE_S, keys.SLOTS_LEAD_S = {LEASE_S}, {LEAD_S}
-from prism.endpoints import Endpoint, RetryPolicy
+from prism.llm.endpoints import Endpoint, RetryPolicy
 from prism.llm import Gateway
-from prism.pricing import PriceTable
+from prism.llm.pricing import PriceTable
 from workers.limiter import FleetLimiter
 
 url, redis_url, model, seconds, threads = sys.argv[1:6]

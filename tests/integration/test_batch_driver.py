@@ -10,10 +10,10 @@ from decimal import Decimal
 import pytest
 import redis
 
-from prism.endpoints import Endpoint, RetryPolicy
 from prism.llm import AwaitingBatch, BudgetExhausted, Gateway, batching, recording, spending
+from prism.llm.endpoints import Endpoint, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.models import RunConfig, Usage
-from prism.pricing import PriceTable
 from prism.testing.batches import BatchConfig
 from prism.testing.simulator import Simulator, SimulatorConfig
 from workers.batches import BatchDriver, BatchLimits, StoreBatchQueue

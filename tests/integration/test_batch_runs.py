@@ -17,8 +17,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from prism.llm.pricing import PriceTable
 from prism.models import Usage
-from prism.pricing import PriceTable
 from prism.testing.batches import BatchConfig
 from prism.testing.simulator import Simulator, SimulatorConfig
 from tests.conftest import DOC_DEV, PAGES, fleet_env, load, prism_cli, read_run, s3_client, upload_input

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from prism.companies import company_of
+from prism.corpus.companies import company_of
 from prism.ingest.models import CorpusManifest, FilingEntry, FilingMeta, IngestFailure, VersionEntry
 from prism.models import FILING_TYPES, RunConfig
-from prism.planning import choose, in_scope
-from prism.questions import Question
+from prism.runs.planning import choose, in_scope
+from prism.runs.questions import Question
 from prism.testing.feed import Copy, bases_in, copies, write_archive
 from prism.testing.simulator import SimulatorConfig
 from producer.ingest import ingest_source

@@ -2,11 +2,11 @@
 
 import pytest
 
-from prism.endpoints import Endpoint, ModelLimits, RetryPolicy
 from prism.llm import Gateway, LlmError, recording
+from prism.llm.endpoints import Endpoint, ModelLimits, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.models import FILING_TYPES, RunConfig
-from prism.pricing import PriceTable
-from prism.rankers import build_ranker
+from prism.ranking.rankers import build_ranker
 from tests.conftest import DOC_DEV, load
 from workers.limiter import FleetLimiter
 

@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 import redis
 
-from prism.endpoints import ModelLimits
 from prism.llm import BudgetExhausted, RateLimited
+from prism.llm.endpoints import ModelLimits
 from workers import keys
 from workers.budget import RunBudget
 from workers.cache import TieredCache

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from prism.endpoints import Endpoint, RetryPolicy
 from prism.llm import Gateway, LlmError, ProviderUnavailable, ports, recording
-from prism.pricing import PriceTable
+from prism.llm.endpoints import Endpoint, RetryPolicy
+from prism.llm.pricing import PriceTable
 from tests.conftest import ROWS_SAMPLE, fleet_env, prism_cli, read_run, upload_input
 from workers import keys
 from workers.circuit import Circuits

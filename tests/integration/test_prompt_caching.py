@@ -10,9 +10,9 @@ from decimal import Decimal
 
 import pytest
 
-from prism.endpoints import Endpoint, RequestOptions, RetryPolicy
 from prism.llm import Gateway, LlmError, recording
-from prism.pricing import PriceTable
+from prism.llm.endpoints import Endpoint, RequestOptions, RetryPolicy
+from prism.llm.pricing import PriceTable
 from tests.conftest import PAGES, fleet_env, load, prism_cli, read_run, s3_client
 
 pytestmark = pytest.mark.integration
@@ -125,7 +125,7 @@ def test_the_oracle_ranks_a_question_the_same_in_either_prompt_layout(fresh_simu
     """A layout A/B measures the layout alone: the oracle's noise is drawn from the question and
     its candidates, not from where the prompt puts them."""
     from prism.models import RunConfig
-    from prism.rankers import build_ranker
+    from prism.ranking.rankers import build_ranker
     from prism.testing.simulator import SimulatorConfig
 
     fresh_simulator.config = SimulatorConfig(mode="oracle", noise=0.5)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prism.status import MOVES
+from prism.runs.lifecycle import MOVES
 from prism.testing.batches import BatchConfig
 from prism.testing.simulator import Simulator, SimulatorConfig
 from tests.conftest import ROWS_SAMPLE, fleet_env, prism_cli

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from prism.endpoints import Endpoint, RetryPolicy
 from prism.llm import QUOTED_REPLY_TOKENS, ContextTooLong, Gateway, LlmError, recording
+from prism.llm.endpoints import Endpoint, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.models import CallRecord, JobResult, Ranking, RunConfig
-from prism.outcomes import CostSummary, cost_report
-from prism.pricing import PriceTable
-from prism.rankers import build_ranker
+from prism.ranking.rankers import build_ranker
+from prism.ranking.strategies.chunks import prepare, rank_chunks
+from prism.runs.outcomes import CostSummary, cost_report
 from prism.segmenting import TokenCounter
-from prism.strategies.chunks import prepare, rank_chunks
 from producer.prompt_check import check_prompts
 from producer.report import markdown
 from tests.conftest import DOC_DEV, PAGES, load

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from prism.endpoints import Endpoint, InFlight, RetryPolicy
 from prism.llm import ContextTooLong, Gateway, RateLimited
-from prism.pricing import PriceTable
+from prism.llm.endpoints import Endpoint, InFlight, RetryPolicy
+from prism.llm.pricing import PriceTable
 from prism.testing.simulator import SimulatorConfig
 from producer.sample import SAMPLE
 from workers import keys

@@ -41,7 +41,13 @@ def test_the_producer_plans_nothing_heavier_than_ids():
     that work. Followed through every import, not only the direct ones (an import made for type
     checking alone loads nothing)."""
     graph = grimp.build_graph(*LAYERS, exclude_type_checking_imports=True, cache_dir=None)
-    heavy = {"prism.segmenting", "prism.strategies.chunks", "prism.hybrid", "prism.embeddings", "prism.prior"}
+    heavy = {
+        "prism.segmenting",
+        "prism.ranking.strategies.chunks",
+        "prism.ranking.hybrid",
+        "prism.ranking.embeddings",
+        "prism.ranking.prior",
+    }
     for planner in ("producer.plan", "producer.questions"):
         reached = graph.find_upstream_modules(planner)
         found = sorted(m for m in reached if m in heavy or m.startswith("tasks"))
@@ -50,9 +56,9 @@ def test_the_producer_plans_nothing_heavier_than_ids():
 
 
 def _unit(module: str) -> str:
-    """prism's unit a module belongs to: a module of prism/ itself, or a subpackage whole."""
-    parts = module.split(".")
-    return ".".join(parts[:2])
+    """A module's unit for the cycle check: a module of prism/ or of one of its packages, or a
+    package's subpackage whole (prism.ranking.strategies)."""
+    return ".".join(module.split(".")[:3])
 
 
 def _imports(path: Path) -> set[str]:
@@ -60,25 +66,86 @@ def _imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("prism"):
-            found.add(node.module or "")
+            # "from prism.llm import batch" imports a module of the package, not its facade
+            names = {f"{node.module}.{a.name}" for a in node.names}
+            modules = {name for name in names if _is_module(name)}
+            found |= modules if modules == names else {node.module or ""}
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("prism")}
-    return found
+    return found - {"prism"}
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT / Path(*name.split("."))
+    return path.with_suffix(".py").is_file() or path.is_dir()
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
 def test_no_import_inside_prism_runs_back_up():
-    """prism/'s modules and subpackages form layers: none imports one that imports it back,
-    directly or round a loop, a function-local import included."""
+    """prism/'s modules form layers: none imports one that imports it back, directly or round a
+    loop, a function-local import included."""
     graph: dict[str, set[str]] = {}
     for path in (ROOT / "prism").rglob("*.py"):
-        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        unit = _unit(module)
+        unit = _unit(_module(path))
         graph.setdefault(unit, set()).update(_unit(m) for m in _imports(path) if _unit(m) != unit)
     try:
         order = list(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as err:
         raise AssertionError(f"an import runs back up: {' -> '.join(err.args[1])}") from None
-    assert "prism.strategies" in order and "prism.rankers" in order
+    assert "prism.ranking.strategies" in order and "prism.ranking.rankers" in order
+
+
+SHARED = "prism's shared modules"
+MAX_TOP_MODULES = 8
+
+
+def _packages() -> list[Path]:
+    return sorted(p.parent for p in (ROOT / "prism").glob("*/__init__.py"))
+
+
+def _may_import(package: Path) -> set[str]:
+    """What a package's opening says it may import: its docstring's 'May import:' line."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    lines = [line for line in doc.splitlines() if line.startswith("May import:")]
+    assert len(lines) == 1, f"{package.name}/__init__.py opens with no single 'May import:' line"
+    allowed = {name.strip().rstrip(".") for name in lines[0].removeprefix("May import:").split(",")}
+    return {name for name in allowed if name}
+
+
+def _owner(module: str) -> str:
+    """The package a prism module belongs to, or SHARED for a module at prism's top."""
+    parts = module.split(".")
+    return SHARED if (ROOT / "prism" / f"{parts[1]}.py").is_file() else f"prism.{parts[1]}"
+
+
+def test_each_package_imports_only_what_its_opening_allows():
+    """Between prism's packages imports run one way, as each package's opening says; the shared
+    modules at prism's top import no package."""
+    wrong = []
+    for package in _packages():
+        allowed = _may_import(package) | {f"prism.{package.name}"}
+        assert allowed <= {SHARED} | {f"prism.{p.name}" for p in _packages()}, (package.name, allowed)
+        for path in package.rglob("*.py"):
+            wrong += [f"{_module(path)} -> {m}" for m in _imports(path) if _owner(m) not in allowed]
+    for path in (ROOT / "prism").glob("*.py"):
+        wrong += [f"{_module(path)} -> {m}" for m in _imports(path) if _owner(m) != SHARED]
+    assert not wrong, wrong
+
+
+def test_prism_keeps_a_handful_of_modules_at_its_top():
+    top = sorted(p.name for p in (ROOT / "prism").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_TOP_MODULES, top
+
+
+def test_the_package_check_finds_an_import_that_runs_back_up(tmp_path):
+    """The opening's line is what the check reads: a package that may import only the shared
+    modules is caught importing another package."""
+    (tmp_path / "__init__.py").write_text('"""Pure.\n\nMay import: prism\'s shared modules.\n"""\n')
+    assert _may_import(tmp_path) == {SHARED}
+    assert _owner("prism.runs.planning") == "prism.runs" and _owner("prism.models") == SHARED
 
 
 def test_a_run_config_is_resolved_in_one_place():

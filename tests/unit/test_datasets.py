@@ -113,7 +113,7 @@ def test_lines_split_across_read_blocks():
 
 
 def test_split_prompt_round_trips_our_own_prompts():
-    from prism import prompts
+    from prism.ranking import prompts
 
     for task, cands in (("documents", list(FILING_TYPES)), ("chunks", ["alpha\nbeta", "gamma", "Task: not the end"])):
         for variant, layout in product(("p1", "p2", "p3", "p4"), ("question_first", "question_last")):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prism import registry
+from prism import names as method_names
 from producer.flags import configuration_page
 from workers.runfiles import Outcome, RunLayout
 from workers.settings import Settings
@@ -152,6 +152,6 @@ def test_the_configuration_page_is_made_from_the_declarations_and_names_every_ra
     rows = {m.group(1): line for line in page.splitlines() if (m := re.match(r"\| `(PRISM_[A-Z_0-9]+)`", line))}
     assert set(rows) == {f"PRISM_{name.upper()}" for name in Settings.model_fields}
     for task, variable in (("documents", "PRISM_DOC_RANKER"), ("chunks", "PRISM_CHUNK_RANKER")):
-        missing = [name for name in registry.names(task) if name not in rows[variable]]
+        missing = [name for name in method_names.names(task) if name not in rows[variable]]
         assert not missing, f"the row of {variable} misses {missing}"
     assert all(Settings.model_fields[name].description for name in Settings.model_fields), "an option has no help"

@@ -59,8 +59,8 @@ def test_the_planning_commands_take_the_same_run_options(command):
 def test_defaults_are_stated_once_where_settings_build_the_request_path():
     """The retry policy, the request options, the models and the chunking that Settings build
     are those a bare construction gives: one set of defaults, declared on the settings."""
-    from prism.endpoints import RequestOptions, RetryPolicy
     from prism.ingest.models import Chunking
+    from prism.llm.endpoints import RequestOptions, RetryPolicy
 
     settings = Settings()
     assert settings.retry_policy() == RetryPolicy()
