@@ -10,5 +10,6 @@
 
 The modules at this level are shared by every package and import none: options, names (every
 ranker and prompt by name), models (what a job takes in and gives back), datasets (benchmark
-rows) and segmenting (token counts and segments). docs/architecture.md has the map.
+rows), segmenting (token counts and segments) and files (a shared file written whole or not at
+all). docs/architecture.md has the map.
 """

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import tiktoken
 
+from prism.files import atomic_write
+
 # The tokens a candidate's marker ("[Chunk Index 123] ") and separator add to the prompt.
 MARKER_TOKENS = 8
 _ENCODING_URLS = {
@@ -65,17 +67,18 @@ def _load_encoding(name: str) -> tiktoken.Encoding | None:
         os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(Path.home() / ".cache" / "prism-fleet" / "tiktoken"))
     )
     url = _ENCODING_URLS.get(name)
-    if url:
-        cached = cache_dir / hashlib.sha1(url.encode()).hexdigest()
-        if not cached.exists() and (vocab := _quicktok_vocab(name)):
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(vocab)
-            tmp.replace(cached)
-    try:
-        return tiktoken.get_encoding(name)
-    except Exception:  # noqa: BLE001 - offline with nothing cached, or a bad cache file: estimate instead
-        return None
+    cached = cache_dir / hashlib.sha1(url.encode()).hexdigest() if url else None
+    for _ in range(2):
+        # Threads and processes seed it at once on an empty cache: each writes its own file.
+        if cached is not None and not cached.exists() and (vocab := _quicktok_vocab(name)):
+            atomic_write(cached, vocab)
+        try:
+            return tiktoken.get_encoding(name)
+        except Exception:  # noqa: BLE001 - offline with nothing cached, or a bad cache file: estimate instead
+            if cached is None or cached.exists():
+                return None
+            # tiktoken removed a bad file (a half-written one of an older version): seed it again
+    return None
 
 
 def _quicktok_vocab(name: str) -> bytes | None:

@@ -15,6 +15,12 @@ cancelled lines wait for the next batch; after ``max_tries`` they are sent onlin
 Everything lives in the run's store and each tick reads it afresh, so any worker can tick: the
 batches are polled, not submitted again, and a batch submitted by a worker killed before it
 recorded it is adopted instead of paid for twice. No producer needs to be there.
+
+The lock keeps ticks apart only for its lease; a tick that outlives it (a slow upload, a large
+batch taken in, a stalled machine) runs beside the next. So a request goes into a batch only
+through its claim (:class:`BatchClaims`), taken in one atomic step, held until its batch is
+taken in: two ticks that read the same waiting requests put each into one batch. A claim whose
+batch was never made (its tick died first) is let go after ``claim_lease_s``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
@@ -30,7 +37,9 @@ import redis
 import structlog
 
 from prism.llm import BatchApiError, Budget, Cache, Gateway, batch
+from prism.llm.pricing import PriceTable
 from prism.models import CallRecord, Stage, Task, Usage
+from workers import keys
 from workers.ledger import Ledger
 from workers.messages import Job
 from workers.runfiles import RunFiles, RunLayout
@@ -77,6 +86,9 @@ class BatchLimits:
     max_bytes: int = batch.MAX_BYTES
     max_tries: int = 3  # batches a request goes into before it is sent online
     gather_s: float = 10.0  # submit once no request has joined the waiting ones for this long
+    # A claim no batch holds is let go this long after it was taken or renewed: far past one
+    # create request, so a slow tick never loses the requests it is submitting.
+    claim_lease_s: float = 3600.0
 
 
 class BatchDriver:
@@ -87,10 +99,13 @@ class BatchDriver:
         gateway: Gateway,
         limits: BatchLimits = BatchLimits(),
         budget: Budget | None = None,
+        claims: BatchClaims | None = None,
     ):
         if gateway.cache is None:
             raise ValueError("a batch-mode run needs the response cache")
         self.store, self.run_id, self.gateway, self.limits = store, run_id, gateway, limits
+        self.claims = claims or BatchClaims(None)  # in this process, for an embedded run
+        self.claimed = keys.batch_claims(store.uri, run_id)
         self.cache: Cache = gateway.cache
         self.budget = budget  # the run's cap: charged with each answered line, once
         self.files = RunFiles(store, run_id)
@@ -117,11 +132,11 @@ class BatchDriver:
         return self.describe()
 
     def describe(self) -> str:
-        open_ = [r for r in self.records.values() if not r["ingested"]]
+        open_ = self.open_batches
         done = sum((r.get("request_counts") or {}).get("completed") or 0 for r in open_)
-        total = sum(len(r["lines"]) for r in open_)
         in_flight = {c for r in open_ for c in r["lines"]}
         waiting = sum(1 for k in self.pending if k not in in_flight)
+        total = len(in_flight)
         return f"batches: {len(open_)} open ({done}/{total} lines), {len(self.records) - len(open_)} ended; {waiting} waiting"
 
     @property
@@ -169,11 +184,11 @@ class BatchDriver:
             for view, data in unknown:
                 ids = [json.loads(raw)["custom_id"] for raw in data.splitlines() if raw.strip()]
                 model = json.loads(data.splitlines()[0])["body"]["model"] if ids else ""
-                self._record(view, stage, model, ids)
+                self._record(view, stage, model, ids, (view.get("metadata") or {}).get("prism_claim"))
                 log.info("batch adopted", batch_id=view["id"], lines=len(ids))
         return True
 
-    def _record(self, view: dict, stage: Stage, model: str, ids: list[str]) -> dict:
+    def _record(self, view: dict, stage: Stage, model: str, ids: list[str], claim: str | None) -> dict:
         # Who asked, for the accounting: one file may hold several stages of one model and endpoint.
         asked = {c: self.pending.get(c, {}) for c in ids}
         lines = {c: [e.get("task", "chunks"), e.get("query_id", ""), e.get("stage", stage)] for c, e in asked.items()}
@@ -187,6 +202,7 @@ class BatchDriver:
             "request_counts": view.get("request_counts") or {},
             "submitted_at": time.time(),
             "ingested": False,
+            "claim": claim,  # the claim its lines are held by until it is taken in
         }
         self._save(record)
         return record
@@ -204,26 +220,73 @@ class BatchDriver:
         newest = max((e.get("at", 0.0) for e in waiting.values()), default=0.0)
         if not waiting or (time.time() - newest < self.limits.gather_s and not full):
             return  # requests still join: they gather until none has for gather_s
-        for key in list(waiting):
-            if self.cache.get(key) is not None:  # answered meanwhile (a line of another batch)
-                self._drop(key)
-                del waiting[key]
+        token = uuid.uuid4().hex
+        held = self._claim(token, waiting)
         groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-        for entry in waiting.values():
+        for entry in held.values():
             groups[(self.gateway.endpoint(entry["stage"]).key, entry["model"])].append(entry)
         for (_, model), entries in sorted(groups.items()):
             stage = entries[0]["stage"]
             lines = [(e["key"], batch.line(e["key"], e["body"])) for e in entries]
             for part in batch.pack(lines, self.limits.max_lines, self.limits.max_bytes):
-                data = b"".join(raw for _, raw in part)
-                try:
-                    file_id = self.gateway.upload_batch(stage, data, f"{self.run_id}-{len(self.records)}.jsonl")
-                    view = self.gateway.create_batch(stage, file_id, {"prism_run": self.run_id})
-                except BatchApiError as err:
-                    log.warning("batch submit failed", error=str(err), lines=len(part))
+                if not self._send(stage, model, token, part):
                     return  # the next poll tries again
-                self._record(view, stage, model, [key for key, _ in part])
-                log.info("batch submitted", batch_id=view["id"], model=model, lines=len(part))
+
+    def _claim(self, token: str, waiting: dict[str, dict]) -> dict[str, dict]:
+        """The waiting requests this tick's batches take: claimed in one step, so a tick beside
+        this one that read the same requests leaves them; answered ones are let go."""
+        self._sweep()
+        held = {k: waiting[k] for k in self.claims.claim(self.claimed, token, list(waiting))}
+        for key in list(held):
+            if self.cache.get(key) is not None:  # answered meanwhile (a line of another batch)
+                self._drop(key)
+                self.claims.release(self.claimed, [(key, token)])
+                del held[key]
+        return held
+
+    def _sweep(self) -> None:
+        """Let go the claims of ticks that died before making their batch: not renewed for the lease
+        and in no batch listed now, stored or at the provider (a batch is made within one create
+        request of its claims' renewal, so is listed by then); one renewed since is kept."""
+        lapsed = self.claims.lapsed(self.claimed, self.limits.claim_lease_s)
+        if not lapsed:
+            return
+        for key in self.store.keys(self.layout.batch("batches")):  # recorded since this tick read them
+            record = json.loads(self.store.get(key))
+            self.records.setdefault(record["id"], record)
+        if not self._adopt():
+            return  # the provider cannot say what it holds: the claims wait
+        made = {(line, r.get("claim")) for r in self.records.values() for line in r["lines"]}
+        self.claims.release(self.claimed, [(r, c) for r, c in lapsed if (r, c.split(" ")[0]) not in made])
+
+    def _send(self, stage: Stage, model: str, token: str, part: list[tuple[str, bytes]]) -> bool:
+        """One input file uploaded and its batch made; False when the provider could not take it."""
+        ids = [key for key, _ in part]
+        held = [(key, token) for key in ids]
+        try:
+            file_id = self.gateway.upload_batch(
+                stage, b"".join(raw for _, raw in part), f"{self.run_id}-{len(self.records)}.jsonl"
+            )
+        except BatchApiError as err:
+            self.claims.release(self.claimed, held)  # no batch is made without its file
+            log.warning("batch upload failed", error=str(err), lines=len(part))
+            return False
+        if not self.claims.renew(self.claimed, token, ids):  # stalled past the lease: another tick may have them
+            self.claims.release(self.claimed, held)
+            log.warning("batch claim lapsed: not submitted", lines=len(part))
+            return True
+        try:
+            view = self.gateway.create_batch(stage, file_id, {"prism_run": self.run_id, "prism_claim": token})
+        except BatchApiError as err:
+            # A create that got no answer may have made the batch: its claims stay, so the next
+            # tick adopts it from the provider's list, or they lapse and the lines go again.
+            if err.refused:
+                self.claims.release(self.claimed, held)
+            log.warning("batch submit failed", error=str(err), lines=len(part))
+            return False
+        self._record(view, stage, model, ids, token)
+        log.info("batch submitted", batch_id=view["id"], model=model, lines=len(part))
+        return True
 
     # -- take in an ended batch ------------------------------------------------------------
 
@@ -240,31 +303,9 @@ class BatchDriver:
                 results |= {r.custom_id: r for r in batch.read_lines(data, model)}
         ended = max((view.get(f"{s}_at") or 0) for s in batch.TERMINAL)
         latency = max(0.0, float(ended - (view.get("created_at") or ended)))
-        calls: dict[tuple[Task, str], list[CallRecord]] = defaultdict(list)
-        answered, again = [], []
-        for custom_id, (task, query_id, line_stage) in record["lines"].items():
-            result = results.get(custom_id)
-            if result is not None and result.text is not None:
-                call = self._call(line_stage, model, result.usage, latency)
-                value = {"text": result.text, "model": model, "batch_run": self.run_id, "batch_id": record["id"]}
-                self.cache.put(custom_id, value | {"usage": call.usage.model_dump(mode="json")})
-                calls[(task, query_id)].append(call)
-                answered.append(custom_id)
-                continue
-            reason = (result.error if result is not None else None) or f"no answer: the batch ended {status}"
-            if result is not None:  # a line the provider tried: recorded, not billed
-                error = f"batch {record['id']}: {reason}"
-                failed = CallRecord(
-                    stage=line_stage,
-                    model=model,
-                    latency_s=latency,
-                    attempts=1,
-                    usd=Decimal(0),
-                    error=error,
-                    tier="batch",
-                )
-                calls[(task, query_id)].append(failed)
-            again.append((custom_id, reason))
+        calls, answers, again = _lines(record, results, self.gateway.prices, latency, status)
+        for custom_id, value in answers.items():
+            self.cache.put(custom_id, value | {"batch_run": self.run_id})
         ledger = Ledger(self.store, None)
         for (task, query_id), held in calls.items():
             name = f"batch-{record['id']}-{task}-{safe_name(query_id)}"
@@ -272,25 +313,16 @@ class BatchDriver:
             kept = ledger.spent_by_run(self.run_id, held, f"Batch API {record['id']}", name, task, query_id, once=True)
             if kept and self.budget is not None:
                 self.budget.settle(Decimal(0), sum((c.usd or Decimal(0) for c in held), Decimal(0)))
-        for custom_id in answered:
+        for custom_id in answers:
             self._drop(custom_id)
         for custom_id, reason in again:
             self._retry(custom_id, reason)
+        if record.get("claim"):  # its lines are free for later batches
+            self.claims.release(self.claimed, [(c, record["claim"]) for c in record["lines"]])
         record |= {"status": status, "ingested": True, "errors": view.get("errors")}
         record |= {k: view.get(k) for k in ("output_file_id", "error_file_id", "request_counts")}
         self._save(record)
-        log.info("batch taken in", batch_id=record["id"], status=status, answered=len(answered), again=len(again))
-
-    def _call(self, stage: Stage, model: str, usage: Usage | None, latency: float) -> CallRecord:
-        return CallRecord(
-            stage=stage,
-            model=model,
-            usage=usage or Usage(),
-            latency_s=latency,
-            attempts=1,
-            tier="batch",
-            **self.gateway.prices.priced(model, usage, "batch"),  # no usage: unpriced
-        )
+        log.info("batch taken in", batch_id=record["id"], status=status, answered=len(answers), again=len(again))
 
     def _drop(self, key: str) -> None:
         self.files.delete_batch("pending", key)
@@ -309,6 +341,45 @@ class BatchDriver:
             return
         self.pending[key] = entry
         self.files.put_batch("pending", key, entry)
+
+
+def _lines(
+    record: dict, results: dict[str, batch.LineResult], prices: PriceTable, latency: float, status: str
+) -> tuple[dict[tuple[Task, str], list[CallRecord]], dict[str, dict], list[tuple[str, str]]]:
+    """An ended batch's lines: the calls of each job that asked (answered ones at batch prices,
+    failed ones recorded, not billed), the answers for the cache, and the lines to send again
+    with why."""
+    model = record["model"]
+    calls: dict[tuple[Task, str], list[CallRecord]] = defaultdict(list)
+    answers: dict[str, dict] = {}
+    again: list[tuple[str, str]] = []
+    for custom_id, (task, query_id, stage) in record["lines"].items():
+        result = results.get(custom_id)
+        if result is not None and result.text is not None:
+            priced = prices.priced(model, result.usage, "batch")  # no usage: unpriced
+            call = CallRecord(
+                stage=stage,
+                model=model,
+                usage=result.usage or Usage(),
+                latency_s=latency,
+                attempts=1,
+                tier="batch",
+                **priced,
+            )
+            usage = call.usage.model_dump(mode="json")
+            answers[custom_id] = {"text": result.text, "model": model, "batch_id": record["id"], "usage": usage}
+            calls[(task, query_id)].append(call)
+            continue
+        reason = (result.error if result is not None else None) or f"no answer: the batch ended {status}"
+        if result is not None:  # a line the provider tried: recorded, not billed
+            error = f"batch {record['id']}: {reason}"
+            calls[(task, query_id)].append(
+                CallRecord(
+                    stage=stage, model=model, latency_s=latency, attempts=1, usd=Decimal(0), error=error, tier="batch"
+                )
+            )
+        again.append((custom_id, reason))
+    return calls, answers, again
 
 
 class TickLock:
@@ -340,3 +411,113 @@ class TickLock:
             return
         with self._lock:
             self._until[key] = time.monotonic() + hold_s
+
+
+# A claim is "<token> <ms>": the submission that holds a request and when it took or renewed it,
+# by the Redis server's clock. KEYS: a run's claims; ARGV: the token, the hash's lifetime (s),
+# then the requests. Each request no claim holds is taken; returns those taken.
+_CLAIM = """
+local t = redis.call('TIME')
+local held = ARGV[1] .. ' ' .. t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+local taken = {}
+for i = 3, #ARGV do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], held) == 1 then taken[#taken + 1] = ARGV[i] end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return taken
+"""
+
+# KEYS, ARGV as _CLAIM's. 1, with each claim's time renewed, when the token holds every request;
+# else 0 and nothing changed.
+_RENEW = """
+local t = redis.call('TIME')
+local held = ARGV[1] .. ' ' .. t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+for i = 3, #ARGV do
+  local v = redis.call('HGET', KEYS[1], ARGV[i])
+  if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then return 0 end
+end
+for i = 3, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], held) end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+# KEYS: a run's claims; ARGV: pairs of a request and a token or a whole claim. Each request is let
+# go where that token, or exactly that claim (not renewed since), still holds it.
+_RELEASE = """
+for i = 1, #ARGV, 2 do
+  local v, c = redis.call('HGET', KEYS[1], ARGV[i]), ARGV[i + 1]
+  if v and (v == c or string.sub(v, 1, #c + 1) == c .. ' ') then redis.call('HDEL', KEYS[1], ARGV[i]) end
+end
+return 1
+"""
+
+
+class BatchClaims:
+    """Which submission holds each request of a run on its way into a batch: taking it is the one
+    step that puts a request into a batch, atomic per request, so however ticks overlap no
+    request is in two. Fleet-wide in a Redis hash (keys.batch_claims, a script for each step),
+    else in this process, shared by its drivers (an embedded run)."""
+
+    _local: dict[str, dict[str, str]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, client: redis.Redis | None):
+        self.client = client
+        if client is not None:
+            self._claim, self._renew = client.register_script(_CLAIM), client.register_script(_RENEW)
+            self._release = client.register_script(_RELEASE)
+
+    def claim(self, name: str, token: str, requests: list[str]) -> set[str]:
+        """The requests that no claim held, now held by ``token``."""
+        if not requests:
+            return set()
+        if self.client is not None:
+            return {_text(r) for r in self._claim(keys=[name], args=[token, keys.BATCH_CLAIMS_TTL_S, *requests])}
+        with self._lock:
+            held = self._local.setdefault(name, {})
+            taken = {r for r in requests if r not in held}
+            held.update((r, f"{token} {_ms()}") for r in taken)
+            return taken
+
+    def renew(self, name: str, token: str, requests: list[str]) -> bool:
+        """True, with their time renewed, when ``token`` still holds every one of ``requests``."""
+        if self.client is not None:
+            return bool(self._renew(keys=[name], args=[token, keys.BATCH_CLAIMS_TTL_S, *requests]))
+        with self._lock:
+            held = self._local.setdefault(name, {})
+            if any(held.get(r, "").split(" ")[0] != token for r in requests):
+                return False
+            held.update((r, f"{token} {_ms()}") for r in requests)
+            return True
+
+    def release(self, name: str, claims: list[tuple[str, str]]) -> None:
+        """Each (request, token or whole claim): let go where that one still holds it."""
+        if not claims:
+            return
+        if self.client is not None:
+            self._release(keys=[name], args=[x for pair in claims for x in pair])
+            return
+        with self._lock:
+            held = self._local.setdefault(name, {})
+            for request, claim in claims:
+                if held.get(request) == claim or held.get(request, "").split(" ")[0] == claim:
+                    del held[request]
+
+    def lapsed(self, name: str, lease_s: float) -> list[tuple[str, str]]:
+        """(request, whole claim) of the claims taken or renewed more than ``lease_s`` ago."""
+        if self.client is not None:
+            seconds, micros = self.client.time()  # the clock the scripts stamp claims by
+            now, found = seconds * 1000 + micros // 1000, self.client.hgetall(name)
+            held = {_text(k): _text(v) for k, v in found.items()}
+        else:
+            with self._lock:
+                now, held = _ms(), dict(self._local.get(name, {}))
+        return [(r, c) for r, c in held.items() if now - int(c.split(" ")[1]) > lease_s * 1000]
+
+
+def _ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

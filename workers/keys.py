@@ -163,6 +163,16 @@ def batch_tick(store_uri: str, run_id: str) -> str:
     return f"{_run(store_uri, run_id)}:batch-tick"
 
 
+# A batch-mode run's claims (workers.batches.BatchClaims): each request on its way into a batch,
+# with the submission that holds it and since when; a claim is let go when its batch is taken in,
+# or lapses unused. The hash expires this long after its last claim: past a batch's 24 h window.
+BATCH_CLAIMS_TTL_S = 3 * DAY
+
+
+def batch_claims(store_uri: str, run_id: str) -> str:
+    return f"{_run(store_uri, run_id)}:batch-claims"
+
+
 def _run(store_uri: str, run_id: str) -> str:
     store = hashlib.sha256(store_uri.encode()).hexdigest()[:12]
     return f"prism:run:{store}:{run_id}"

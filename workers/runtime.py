@@ -25,7 +25,7 @@ from prism.ranking.retrieval import INDEXES
 from prism.ranking.strategies.chunks import ChunkInput
 from prism.segmenting import TokenCounter
 from workers import keys, metrics, priors
-from workers.batches import BatchDriver, BatchLimits, StoreBatchQueue, TickLock
+from workers.batches import BatchClaims, BatchDriver, BatchLimits, StoreBatchQueue, TickLock
 from workers.budget import RunBudget
 from workers.cache import TieredCache
 from workers.circuit import Circuits, LearnedContexts, endpoints_down
@@ -160,7 +160,7 @@ class Runtime:
         if not self.tick_lock.take(key):
             return
         limits = BatchLimits(s.batch_max_lines, int(s.batch_max_mb * 1024 * 1024), s.batch_max_tries, s.batch_gather_s)
-        driver = BatchDriver(store, job.run_id, self.gateway, limits, self.budget(job))
+        driver = BatchDriver(store, job.run_id, self.gateway, limits, self.budget(job), self.batch_claims)
         try:
             log.info("batches ticked", state=driver.tick())
         except Exception as err:  # noqa: BLE001 - the next tick tries again; the job only waits
@@ -171,6 +171,11 @@ class Runtime:
     @cached_property
     def tick_lock(self) -> TickLock:
         return TickLock(self.redis)
+
+    @cached_property
+    def batch_claims(self) -> BatchClaims:
+        """What puts a request into one batch, however ticks overlap: fleet-wide in Redis."""
+        return BatchClaims(self.redis)
 
     def ranker(self, config: RunConfig, stage: Stage) -> Ranker:
         key = (config.fingerprint(), stage)

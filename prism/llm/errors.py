@@ -42,4 +42,10 @@ class ContextTooLong(LlmError):
 
 
 class BatchApiError(RuntimeError):
-    """A Files or Batch API request failed for good (the batch driver tries again next poll)."""
+    """A Files or Batch API request failed for good (the batch driver tries again next poll).
+    ``refused``: the provider answered no (a 4xx), so the request made nothing; else (no answer,
+    a timeout, a 5xx) it may have."""
+
+    def __init__(self, message: str, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused

@@ -248,11 +248,14 @@ class Gateway:
         return self._batch_call(stage, lambda c: c.files.create(file=(name, data), purpose="batch")).id
 
     def create_batch(self, stage: Stage, file_id: str, metadata: dict[str, str]) -> dict:
+        """Sent once: a create whose reply was lost may have made the batch, and a second would
+        answer its lines twice (the driver finds a batch made so by its metadata)."""
         return self._batch_call(
             stage,
             lambda c: c.batches.create(
                 input_file_id=file_id, endpoint=batch.URL, completion_window=batch.WINDOW, metadata=metadata
             ),
+            attempts=1,
         ).model_dump()
 
     def get_batch(self, stage: Stage, batch_id: str) -> dict:
@@ -267,21 +270,22 @@ class Gateway:
     def batch_file(self, stage: Stage, file_id: str) -> bytes:
         return self._batch_call(stage, lambda c: c.files.content(file_id).content)
 
-    def _batch_call(self, stage: Stage, send):
-        """One Batch API or Files API request, retried like a chat request."""
+    def _batch_call(self, stage: Stage, send, attempts: int | None = None):
+        """One Batch API or Files API request, retried like a chat request (up to ``attempts``)."""
         import openai
 
         client = self._client(self.endpoint(stage))
         retrying = Retrying(
             retry=retry_if_exception(is_retryable),
             wait=backoff(self.policy),
-            stop=stop_after_attempt(self.policy.max_attempts),
+            stop=stop_after_attempt(attempts or self.policy.max_attempts),
             reraise=True,
         )
         try:
             return retrying(send, client)
         except openai.OpenAIError as err:
-            raise BatchApiError(describe(err)) from err
+            refused = isinstance(err, openai.APIStatusError) and err.status_code < 500
+            raise BatchApiError(describe(err), refused) from err
 
     def _client(self, endpoint: Endpoint) -> openai.OpenAI:
         import openai

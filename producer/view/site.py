@@ -10,6 +10,7 @@ import time
 from importlib.resources import files as package_files
 from pathlib import Path
 
+from prism.files import atomic_write
 from producer.view.model import build
 from workers.corpus import Corpus
 from workers.runfiles import RunFiles
@@ -44,9 +45,7 @@ def export(
     started = time.perf_counter()
     made = site(files, corpus, edgar_url, against)
     for path, data in made.items():
-        out = target / path
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(data)
+        atomic_write(target / path, data)  # a folder being served shows no half-written file
     return sum(len(data) for data in made.values()), time.perf_counter() - started
 
 
