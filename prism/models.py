@@ -502,6 +502,7 @@ class RunManifest(BaseModel):
     input: str  # rows, or a question set when ``corpus`` is set
     corpus: str | None = None  # the corpus a question set runs over
     corpus_version: int | None = None  # the catalogue version it was planned against (workers/catalog.py)
+    corpus_versions: dict[str, int] = {}  # each table planning reads at its version then: a resume plans there too
     corpus_at: datetime | None = None  # the time of the catalogue's newest row then: `--new` counts the rows after it
     since: str | None = None  # a `--new` run: the last run over the corpus it starts from
     changes: dict = {}  # a `--new` run: filings and questions new or changed since then

@@ -147,9 +147,10 @@ def ingest_source(
 @dataclass
 class Reading:
     """Which sources an ingest sends, with their fingerprints: not those unchanged since they
-    were last ingested (counted as such), nor a second file that would be a filing already taken
-    (failed); an archive is listed (unless it is unchanged) and its members taken as sources.
-    The catalogue is asked about the listed sources alone."""
+    were last ingested (counted as such) or since they failed (named as failed again), nor a
+    second file that would be a filing already taken (failed); an archive is listed (unless it
+    is unchanged) and its members taken as sources. The catalogue is asked about the listed
+    sources alone."""
 
     settled: str
     corpus: Corpus
@@ -171,6 +172,8 @@ class Reading:
                 fingerprint = _fingerprint(source, self.settled)
                 row = known_members.get(source.uri, known.get(source.uri))
                 if fingerprint and _unchanged(self.heads, row, fingerprint, self.summary):
+                    continue
+                if fingerprint and _failed_as_it_is(row, fingerprint, self.summary):
                     continue
                 items.append(replace(source, fingerprint=fingerprint))
         return items
@@ -279,6 +282,19 @@ def _unchanged(
         assert head is not None
         summary.count("unchanged", next(v for v in head.versions if v.version == head.latest))
         summary.filings[head.id] = head.latest
+    return True
+
+
+def _failed_as_it_is(row: SourceRow | None, fingerprint: str, summary: IngestSummary) -> bool:
+    """A file that gave no filing and is unchanged since (its fingerprint as it failed): it is
+    not read, and its failure, already in the catalogue, is named again but not recorded again."""
+    if row is None or row.state != "failed" or row.fingerprint != fingerprint:
+        return False
+    summary.sources += 1
+    summary.skipped += 1
+    summary.failed += 1
+    when = f" on {row.at:%Y-%m-%d}" if row.at is not None else ""
+    summary.failures.append(f"{row.source}: {row.reason} (unchanged since it failed{when}: not read again)")
     return True
 
 

@@ -52,6 +52,7 @@ class Plan:
     changes: dict | None = None  # a `--new` run: what changed since the run it starts from
     questions: int = 0  # a question set: questions enqueued for planning on the fleet
     corpus_version: int | None = None  # a question set: the catalogue version it was planned against
+    corpus_versions: dict[str, int] = field(default_factory=dict)  # and each table's that planning reads
     corpus_at: datetime | None = None  # and the time of its newest row
     seconds: float = 0.0
     progress_base: int = 0  # outcomes counted before planning began (jobs may end while it runs)

@@ -22,8 +22,9 @@ from prism.runs.planning import question_job_id
 from prism.runs.questions import Question
 from producer.inputs import invalid_failure, question_items
 from producer.plan import Plan
-from producer.spec import RunSpec, open_corpus
+from producer.spec import RunError, RunSpec, open_corpus
 from workers.app import send
+from workers.catalog import VersionGone, pinned_text
 from workers.corpus import Corpus
 from workers.ledger import Ledger
 from workers.messages import Priority, QuestionJob, TaskName
@@ -39,8 +40,18 @@ def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, 
     plan = Plan()
     corpus = open_corpus(spec.corpus, settings)
     spec = replace(spec, corpus=corpus.store.uri)  # a folder by its absolute path: workers run elsewhere
-    version, view = corpus.catalog.version(), cache(corpus.view)  # read when a qrel names no filing
-    plan.corpus_version, plan.corpus_at = version, corpus.catalog.newest_at()
+    pinned = spec.corpus_versions if spec.corpus_versions is not None else corpus.catalog.versions()
+    corpus = Corpus(corpus.store, pinned)  # a resume plans where the run started, whatever came since
+    try:
+        versions = corpus.catalog.versions()
+    except VersionGone as err:
+        raise RunError(
+            f"--corpus {spec.corpus}: {err}: run {spec.run_id} cannot be planned as it started; "
+            "start a new run (`prism run --new` reuses its results)"
+        ) from None
+    view = cache(corpus.view)  # read when a qrel names no filing
+    plan.corpus_version, plan.corpus_versions = versions.get("filings"), versions
+    plan.corpus_at = corpus.catalog.newest_at()
     if spec.since is not None:
         plan.changes = filing_changes(store, corpus, spec)
     rows: list[dict] = []
@@ -52,7 +63,7 @@ def enqueue_questions(app: Celery, spec: RunSpec, store: Store, ledger: Ledger, 
             ledger.invalid(invalid_failure(spec.run_id, spec.input, item), spec.input, line)
             continue
         warnings += _warned(spec.input, item, corpus, view, plan)
-        send(app, TaskName.PLAN_QUESTION, question_job(spec, item, str(version)), Priority.NEW_WORK)
+        send(app, TaskName.PLAN_QUESTION, question_job(spec, item, pinned_text(versions)), Priority.NEW_WORK)
         plan.questions += 1
         rows.append(
             {"query_id": item.id, "question_id": item.id, "task": "chunks", "line": item.line}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -97,8 +97,9 @@ class Runs:
         if budget is not None and self.runtime.redis is not None:
             RunBudget(self.runtime.redis, run_id, budget).reopen()
         config = manifest.config.model_copy(update={"budget_usd": budget})
+        pinned = manifest.corpus_versions or manifest.corpus_version  # a run from before pinned its filings alone
         spec = RunSpec(
-            run_id, manifest.input, manifest.results, config, manifest.reuse, manifest.corpus, manifest.since
+            run_id, manifest.input, manifest.results, config, manifest.reuse, manifest.corpus, manifest.since, pinned
         )
         manifest = manifest.model_copy(update={"config": config, "finished_at": None, "error": None})
         again = f", {retried} failed job(s) run again" if failed else ""
@@ -120,6 +121,7 @@ class Runs:
         spent = budget.exhausted if budget else (lambda: False)
         with embedded_worker(self.app, self.settings.embedded_workers) if self.settings.embedded else nullcontext():
             plan, manifest = self._planned(spec, files, manifest, spent)
+            spec = replace(spec, corpus_versions=manifest.corpus_versions or spec.corpus_versions)  # a requeue's too
             if not wait:
                 return RunEnd(manifest)
             state = RunState(files.store, spec.run_id)
@@ -152,6 +154,7 @@ class Runs:
                 "counts": plan.counts(),
                 "changes": plan.changes or manifest.changes,
                 "corpus_version": plan.corpus_version if plan.corpus_version is not None else manifest.corpus_version,
+                "corpus_versions": plan.corpus_versions or manifest.corpus_versions,
                 "corpus_at": plan.corpus_at or manifest.corpus_at,
                 "timings": manifest.timings | {"plan_s": plan.seconds},
             }

@@ -46,3 +46,6 @@ class RunSpec:
     reuse: bool = True
     corpus: str | None = None  # a question set over this corpus (input is the question set)
     since: str | None = None  # `--new`: the last run over the corpus, whose unchanged questions are copied
+    # The catalogue as the run first planned it (each table's version; a bare number, the filings
+    # table's, from a run before): a resume and a requeue plan there again. None: the newest.
+    corpus_versions: dict[str, int] | int | None = None

@@ -104,8 +104,8 @@ def _considered(considered: list[Choice], choices: list[Choice]) -> list[Conside
 
 
 def _view(rt: Runtime, uri: str, version: str) -> CorpusView:
-    """The corpus as the run planned it: the catalogue at the version the run named."""
-    return Corpus(rt.store(uri), int(version) if version.isdigit() else None).view()
+    """The corpus as the run planned it: each catalogue table at the version the run named."""
+    return Corpus.at(rt.store(uri), version).view()
 
 
 def _reused_since(rt: Runtime, job: QuestionJob, plan: QuestionPlan, ledger: Ledger) -> bool:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 BUCKETS = 64  # partitions of the filings and sources tables: a company's or a file's rows in one
 TABLES = ("filings", "sources", "companies")
+PLANNED = ("filings", "companies")  # the tables planning reads: a run pins each at its version
+Pinned = int | Mapping[str, int] | None  # the filings table's version alone (runs before), each table's, or none
 SCAN_BATCH = 8_192  # rows a streamed read holds at once
 COMMIT_TRIES = 8
 LOOKED_UP_BY = {"filings": "company", "sources": "source"}  # the column a partition's rows are sorted by
@@ -58,6 +60,27 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def pinned_text(versions: Mapping[str, int]) -> str:
+    """Each table's version as a message carries it: ``filings=12,companies=3``."""
+    return ",".join(f"{name}={version}" for name, version in sorted(versions.items()))
+
+
+def pinned_of(text: str) -> Pinned:
+    """A message's versions: ``filings=12,companies=3``; a bare number (the filings table's, as
+    runs before named it); anything else, none (the newest)."""
+    if text.isdigit():
+        return int(text)
+    parts = [part.partition("=") for part in text.split(",") if part]
+    if not parts or any(not sep or not version.isdigit() for _, sep, version in parts):
+        return None
+    return {name: int(version) for name, _, version in parts}
+
+
+class VersionGone(LookupError):
+    """A pinned version of a table is no longer kept (vacuumed after compaction, or its log
+    entries past their retention)."""
+
+
 @dataclass(frozen=True)
 class SourceRow:
     """A source file's last state: ingested (its entry), failed (why), or its failure cleared."""
@@ -67,6 +90,7 @@ class SourceRow:
     entry: SourceEntry | None = None
     reason: str | None = None  # why it failed
     at: datetime | None = None
+    fingerprint: str | None = None  # of the file as it was ingested, or as it failed (when read)
 
 
 @dataclass
@@ -80,11 +104,17 @@ class Reads:
 
 
 class Catalog:
-    """The catalogue of one corpus Store, at its newest state or at ``version`` (of the filings
-    table: the state a run names)."""
+    """The catalogue of one corpus Store, at its newest state or as a run pinned it: each table
+    planning reads at the version ``versions()`` gave (one it lacks did not exist then; a bare
+    number pins the filings table alone, as runs before did)."""
 
-    def __init__(self, store: Store, version: int | None = None) -> None:
-        self.store, self.at_version = store, version
+    def __init__(self, store: Store, version: Pinned = None) -> None:
+        self.store = store
+        self.pinned: dict[str, int | None] = {}  # a table read at a version (None: absent then)
+        if isinstance(version, int):
+            self.pinned = {"filings": version}
+        elif version is not None:
+            self.pinned = {name: version.get(name) for name in PLANNED}
         self.reads = Reads()
         self._tables: dict[str, Any] = {}
 
@@ -96,24 +126,27 @@ class Catalog:
     def exists(self) -> bool:
         return self._table("filings") is not None
 
-    def version(self) -> int | None:
-        """The filings table's version: what a run plans against (None: nothing ingested yet)."""
-        table = self._table("filings")
-        return None if table is None else int(table.version())
+    def versions(self) -> dict[str, int]:
+        """The version of each table planning reads, of those there: what a run plans at, and
+        its resume and every planning task read. The filings table first: an ingest commits a
+        head's company before the head, so every company of the filings pinned is in the index."""
+        found = {name: self._table(name) for name in PLANNED}
+        return {name: int(table.version()) for name, table in found.items() if table is not None}
 
     def _table(self, name: str):  # noqa: ANN202 - a DeltaTable, loaded once per Catalog
-        """A table at the version asked for, or brought up to its newest (what other ingests
+        """A table at the version pinned, or brought up to its newest (what other ingests
         committed since it was loaded: a listing of its log's new entries)."""
-        if name in self._tables and (self.at_version is None or name != "filings"):
+        if name in self._tables and name not in self.pinned:
             self._tables[name].update_incremental()
         if name not in self._tables:
             from deltalake import DeltaTable
 
+            if name in self.pinned and self.pinned[name] is None:
+                return None  # the run planned before the table was made
             uri, options = self.location(name)
             if not DeltaTable.is_deltatable(uri, storage_options=options):
                 return None
-            version = self.at_version if name == "filings" else None
-            self._tables[name] = DeltaTable(uri, version=version, storage_options=options)
+            self._tables[name] = _load(name, uri, options, self.pinned.get(name))
         return self._tables[name]
 
     # -- writes ------------------------------------------------------------------------------
@@ -124,16 +157,20 @@ class Catalog:
         done: Mapping[str, SourceEntry] = {},
         failed: Mapping[str, str] = {},
         cleared: Collection[str] = (),
+        failed_as: Mapping[str, str] = {},
     ) -> None:
         """One ingest's changes, each table's rows in one transaction: the filings' heads (and
-        companies not yet in the index), the sources done, failed and cleared."""
+        companies not yet in the index), the sources done, failed (with the fingerprint of the
+        file as it failed, in ``failed_as``, where it was read) and cleared."""
         at = _utcnow()
-        if heads:
-            self._write("filings", _filing_rows(heads.values(), at), ["bucket"])
+        if heads:  # companies first: a run pins the filings table, then the index, and finds each head's
             if fresh := self._new_companies(heads.values(), at):
                 self._write("companies", fresh, None)
+            self._write("filings", _filing_rows(heads.values(), at), ["bucket"])
         sources = [_source_row(s, "done", entry=e, at=at) for s, e in done.items()]
-        sources += [_source_row(s, "failed", reason=why, at=at) for s, why in failed.items()]
+        sources += [
+            _source_row(s, "failed", reason=why, at=at, fingerprint=failed_as.get(s)) for s, why in failed.items()
+        ]
         sources += [_source_row(s, "cleared", at=at) for s in cleared if s not in done and s not in failed]
         if sources:
             self._write("sources", sources, ["bucket"])
@@ -311,6 +348,19 @@ class Catalog:
         return done
 
 
+def _load(name: str, uri: str, options: dict[str, str], version: int | None):  # noqa: ANN202 - a DeltaTable
+    """A table at a pinned version, or its newest; a pinned version no longer kept says so."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        return DeltaTable(uri, version=version, storage_options=options)
+    except DeltaError as err:
+        if version is None:
+            raise
+        raise VersionGone(f"the catalogue's {name} table at version {version} can no longer be read ({err})") from None
+
+
 def _newest(heads: dict[str, tuple[datetime, FilingEntry]], batch: pa.RecordBatch) -> None:
     for fid, head, at in zip(*(batch.column(i).to_pylist() for i in range(3))):
         if fid not in heads or heads[fid][0] <= at:
@@ -322,7 +372,7 @@ def _newer_source(found: dict[str, SourceRow], row: dict[str, Any]) -> None:
     if held is not None and held.at is not None and held.at > row["at"]:
         return
     entry = SourceEntry.model_validate_json(row["entry"]) if row["entry"] else None
-    found[row["source"]] = SourceRow(row["source"], row["state"], entry, row["reason"], row["at"])
+    found[row["source"]] = SourceRow(row["source"], row["state"], entry, row["reason"], row["at"], row["fingerprint"])
 
 
 def _filing_rows(heads: Iterable[FilingEntry], at: datetime) -> list[dict[str, Any]]:
@@ -355,13 +405,19 @@ def _filing_rows(heads: Iterable[FilingEntry], at: datetime) -> list[dict[str, A
 
 
 def _source_row(
-    source: str, state: SourceState, entry: SourceEntry | None = None, reason: str | None = None, *, at: datetime
+    source: str,
+    state: SourceState,
+    entry: SourceEntry | None = None,
+    reason: str | None = None,
+    *,
+    at: datetime,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     return {
         "bucket": source_bucket(source),
         "source": source,
         "state": state,
-        "fingerprint": entry.fingerprint if entry else None,
+        "fingerprint": entry.fingerprint if entry else fingerprint or None,
         "entry": entry.model_dump_json() if entry else None,
         "reason": reason,
         "at": at,

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from prism.corpus.view import CorpusView, Versioned
 from prism.ingest.extract import IngestError
 from prism.ingest.models import Filing, FilingEntry, SourceEntry, VersionEntry
-from workers.catalog import Catalog
+from workers.catalog import Catalog, Pinned, pinned_of
 from workers.store import Store, get_model, put_model, safe_name
 
 CONTENT = ("filings/", "inputs/", "archives/")  # the same bytes wherever the corpus is kept
@@ -42,9 +42,14 @@ def _utcnow() -> datetime:
 class Corpus:
     """Filings, their versions and the ingest failures, in one Store."""
 
-    def __init__(self, store: Store, version: int | None = None):
+    def __init__(self, store: Store, version: Pinned = None):
         self.store = store
         self.catalog = Catalog(store, version)
+
+    @classmethod
+    def at(cls, store: Store, versions: str) -> Corpus:
+        """The corpus as a run pinned it, from the versions its messages carry (pinned_text)."""
+        return cls(store, pinned_of(versions))
 
     @staticmethod
     def filing_key(filing_id: str, version: str) -> str:
@@ -116,8 +121,8 @@ class Corpus:
         return Filing.model_validate_json(gzip.decompress(self.store.get(self.filing_key(filing_id, version))))
 
     def view(self) -> CorpusView:
-        """What planning reads: the company index, and the filings of a scope's companies when
-        asked (an unscoped question streams them all)."""
+        """What planning reads, at the versions the corpus was opened at: the company index, and
+        the filings of a scope's companies when asked (an unscoped question streams them all)."""
         catalog = self.catalog
 
         def load(companies: Sequence[str]) -> list[Versioned]:
@@ -129,7 +134,28 @@ class Corpus:
         """What an ingest did since its last checkpoint, appended to the catalogue: the heads of
         the filings it stored, its sources done and failed. An ingest cut short loses at most
         what it did since; the next one reads those sources again."""
-        self.catalog.append(since.heads, since.done_sources, since.failed_sources, since.cleared)
+        failed, cleared = self._news(since)
+        self.catalog.append(since.heads, since.done_sources, failed, cleared, since.failed_as)
+
+    def _news(self, since: IngestSummary) -> tuple[dict[str, str], list[str]]:
+        """The failures and clearings that change what the catalogue says: a failure it holds
+        already (the same reason, of the file as it is now) is not appended again, nor the
+        clearing of a source that has no failure, so a night with nothing new writes nothing."""
+        asked = [*since.failed_sources, *since.cleared]
+        held = self.catalog.sources(asked) if asked else {}
+
+        def known(source: str, reason: str) -> bool:
+            row = held.get(source)
+            return (
+                row is not None
+                and row.state == "failed"
+                and row.reason == reason
+                and (row.fingerprint or "") == since.failed_as.get(source, "")
+            )
+
+        failed = {s: why for s, why in since.failed_sources.items() if not known(s, why)}
+        cleared = [s for s in since.cleared if (row := held.get(s)) is not None and row.state == "failed"]
+        return failed, cleared
 
     def stored_bytes(self, prefixes: tuple[str, ...] = LAYOUT) -> int:
         """The corpus's own objects only (the folder may hold other things): all of them, or
@@ -157,6 +183,7 @@ class IngestSummary(BaseModel):
     failures: list[str] = []  # "source: reason"
     unsupported: list[str] = []  # files of a folder that are no filing nor metadata: not read
     failed_sources: dict[str, str] = {}  # source -> why it gave no filing
+    failed_as: dict[str, str] = {}  # source -> the fingerprint of the file it read and could make no filing of
     guessed: dict[str, str] = {}  # filing id -> its identity fields read from the cover or the file name
     done_sources: dict[str, SourceEntry] = {}  # source -> its fingerprint and the filings it gave
     cleared: list[str] = []  # sources whose failure no longer holds (a metadata file's line read again)
@@ -196,6 +223,7 @@ class IngestSummary(BaseModel):
         self.questions.update(other.questions)
         self.failures.extend(other.failures)
         self.failed_sources.update(other.failed_sources)
+        self.failed_as.update(other.failed_as)
         self.guessed.update(other.guessed)
         self.done_sources.update(other.done_sources)
         self.cleared.extend(other.cleared)

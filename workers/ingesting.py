@@ -79,6 +79,8 @@ def ingest_file(
             summary.failed += 1
             summary.failures.append(f"{uri}: {result.reason}")
             summary.failed_sources[uri] = result.reason or ""
+            if fingerprint:  # the file itself gives no filing: not read again until it changes
+                summary.failed_as[uri] = fingerprint
         else:
             count_filing(corpus, summary, result.outcome, result.filing_id)
             parsed = [result.filing] if result.filing is not None else []

@@ -64,7 +64,9 @@ class QuestionJob(Job):
     task: Task = "chunks"
     question: Question
     corpus: str
-    corpus_version: str  # the catalogue version the run was planned against: every worker plans on the same state
+    # The catalogue as the run planned it, each table's version ("filings=12,companies=3"; a bare
+    # number: the filings table's alone): every worker, and a resume's, plans on the same state.
+    corpus_version: str
     reuse: bool = True  # an earlier run's result for the same job id is reused
     since: str | None = None  # `--new`: a question unchanged since this run reuses its results
     carried: list[CallRecord] = []

@@ -459,6 +459,12 @@ def similarities(current: Sequence[Paragraph], previous: Sequence[Paragraph]) ->
     index = _index(tuple(previous))
     if not index.vocabulary:
         return np.zeros((len(current), len(previous)))
+    return np.clip((_vectors(current, index) @ index.matrix.T).toarray(), 0.0, 1.0)
+
+
+def _vectors(current: Sequence[Paragraph], index: _Index) -> csr_matrix:
+    """The paragraphs' unit TF-IDF vectors in the previous filing's terms (a term it never uses
+    counts in the length, at the highest IDF)."""
     rows = []
     for paragraph in current:
         tally = Counter(paragraph.terms)
@@ -471,8 +477,13 @@ def similarities(current: Sequence[Paragraph], previous: Sequence[Paragraph]) ->
     indices = np.fromiter((j for row in rows for j in row), dtype=np.int64)
     values = np.fromiter((w for row in rows for w in row.values()), dtype=float, count=len(indices))
     indptr = np.cumsum([0, *map(len, rows)])
-    vectors = csr_matrix((values, indices, indptr), shape=(len(current), len(index.vocabulary)))
-    return np.clip((vectors @ index.matrix.T).toarray(), 0.0, 1.0)
+    return csr_matrix((values, indices, indptr), shape=(len(current), len(index.vocabulary)))
+
+
+@lru_cache(maxsize=8)
+def _whole_vectors(whole: tuple[Paragraph, ...], previous: tuple[Paragraph, ...]) -> csr_matrix:
+    """A whole current filing's vectors against a previous filing, kept for its next question."""
+    return _vectors(whole, _index(previous))
 
 
 # -- matching --------------------------------------------------------------------------------------
@@ -485,12 +496,15 @@ def compare(
     previous: Sequence[Paragraph],
     previous_cited: Iterable[Paragraph] = (),
     *,
+    whole: Sequence[Paragraph] | None = None,
     counterpart_min: float = COUNTERPART_MIN,
     unchanged_min: float = UNCHANGED_MIN,
 ) -> list[Change]:
     """Each current paragraph against the previous filing's paragraphs, then a ``removed`` row for
     each of ``previous_cited`` (what the previous filing's ranking cited) that no current paragraph
-    took. A counterpart is looked for within the paragraph's own section first (by ``section_key``),
+    took and, given ``whole`` (the current filing's paragraphs, the cited ones among them), that
+    the current filing no longer holds: one still there outside the cited chunks (a chunk's edge
+    moved, the evidence cites elsewhere) is no change of the filing and gets no row. A counterpart is looked for within the paragraph's own section first (by ``section_key``),
     then anywhere; word-for-word copies are paired first. Similarity at or above ``unchanged_min``
     with the same figures is unchanged; below ``counterpart_min`` there is no counterpart (added).
     ``similarity`` is with the nearest paragraph on the other side, the counterpart when there is one."""
@@ -512,11 +526,37 @@ def compare(
         kind: ChangeKind = "unchanged" if same else "modified"
         changes.append(Change(kind, score, paragraph, counterpart))
     used = {j for j in taken if j is not None}
-    for j in cited:
-        if j not in used:
-            nearest = float(scores[:, j].max()) if current else 0.0
-            changes.append(Change("removed", nearest, None, pool[j]))
+    left = [j for j in cited if j not in used]
+    if whole is not None and left:
+        matched = [p for p, j in zip(current, taken, strict=True) if j is not None]
+        left = _gone(left, pool, matched, whole, counterpart_min)
+    for j in left:
+        nearest = float(scores[:, j].max()) if current else 0.0
+        changes.append(Change("removed", nearest, None, pool[j]))
     return changes
+
+
+def _gone(
+    left: list[int], pool: Sequence[Paragraph], took: Sequence[Paragraph], whole: Sequence[Paragraph], floor: float
+) -> list[int]:
+    """Of the cited previous paragraphs in ``pool`` that no cited current paragraph took (``left``),
+    those the current filing no longer holds: not word for word, nor as the best counterpart (at
+    ``floor`` or above) of one of its paragraphs that took none (``took``: those that did)."""
+    taken = set(took)
+    rest = [i for i, p in enumerate(whole) if p not in taken]
+    copies = {whole[i].squashed for i in rest if whole[i].terms}
+    left = [j for j in left if pool[j].squashed not in copies]
+    index = _index(tuple(pool))
+    if not left or not rest or not index.vocabulary:
+        return left
+    vectors = _whole_vectors(tuple(whole), tuple(pool))[rest]
+    near = np.round((vectors @ index.matrix[left].T).toarray(), 4)  # the rest against the paragraphs left
+    candidates = np.flatnonzero(near.max(axis=1) >= floor)
+    if not len(candidates):
+        return left
+    best = np.round((vectors[candidates] @ index.matrix.T).toarray(), 4).max(axis=1)
+    there = (near[candidates] >= floor) & (near[candidates] >= best[:, None])
+    return [j for k, j in enumerate(left) if not there[:, k].any()]
 
 
 def _pooled(previous: Sequence[Paragraph], cited: Iterable[Paragraph]) -> tuple[list[Paragraph], list[int]]:

@@ -1,9 +1,11 @@
 """What changed in a compared question's evidence since the company's earlier filing: the
 ``change``, ``similarity``, ``previous_filing``, ``previous_page`` and ``redline`` of each of its
-rows, and a ``removed`` row for each passage the earlier filing's ranking cited that is gone.
+rows, and a ``removed`` row for each passage the earlier filing's ranking cited that is gone from
+the filing (one still in it outside the cited chunks, only no longer cited, has no row).
 
 Made when the report is, by prism/changes/paragraphs.py: the paragraphs of a row's chunk against the whole
-earlier filing's, from the filings the report read first. Each filing version's paragraphs are
+earlier filing's, and what the earlier ranking cited against the whole current filing, from the
+filings the report read first. Each filing version's paragraphs are
 made once a report, as many questions share their filings.
 """
 
@@ -70,7 +72,8 @@ class Compared:
                 row |= {"change": NOT_IN_CORPUS, "previous_filing": earlier["filing"]}
             return []
         cited = in_chunks(now.paragraphs, {r["chunk_id"] for r in rows})
-        found = compare(cited, before.paragraphs, in_chunks(before.paragraphs, self._cited(earlier, before)))
+        earlier_cited = in_chunks(before.paragraphs, self._cited(earlier, before))
+        found = compare(cited, before.paragraphs, earlier_cited, whole=now.paragraphs)  # gone: from the whole filing
         by_chunk: dict[str, list[Change]] = defaultdict(list)
         for change in found:
             for chunk_id in change.current.chunk_ids if change.current else ():

@@ -44,7 +44,8 @@ SCHEMA = (
     ("excerpt", "string"),
     ("answer", "string"),  # with the evidence ranker: its answer from this evidence (the rows are its citations)
     # With a comparison (--compare), what changed since the company's earlier filing (prism/changes/redlines.py):
-    # unchanged, modified, added, removed (a passage the earlier evidence cited), no previous filing.
+    # unchanged, modified, added, removed (a passage the earlier evidence cited, gone from the filing),
+    # no previous filing.
     ("change", "string"),
     ("similarity", "float64"),  # TF-IDF cosine with the earlier passage
     ("previous_filing", "string"),

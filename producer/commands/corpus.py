@@ -44,8 +44,9 @@ def ingest(
     file whose size, time and metadata are as last ingested is not read again. Archives (.tar,
     .tar.gz, .zip) are read where they lie, one task per member, filtered by --forms, --ciks,
     --question-set and --index. One fleet task per file (in this process when no broker is
-    configured). A filing that cannot be read is a stored failure; the rest go on. Exits 1 when
-    no filing could be ingested, 3 when some could not."""
+    configured). A filing that cannot be read is a stored failure; the rest go on; while the file
+    is unchanged it is named again, not read again. Exits 1 when no filing could be ingested, 3
+    when some could not."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from producer.archives import filter_of

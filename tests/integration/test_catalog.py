@@ -28,7 +28,7 @@ from prism.testing.simulator import SimulatorConfig
 from producer.ingest import ingest_source
 from tests.conftest import SHARED
 from tests.filings import pdf
-from workers.catalog import BUCKETS, Catalog, bucket_of
+from workers.catalog import BUCKETS, Catalog, VersionGone, bucket_of
 from workers.corpus import Corpus
 from workers.store import LocalStore, S3Store
 from workers.testing import fleet_env, prism_cli, s3_client
@@ -257,7 +257,7 @@ def test_planning_a_question_reads_its_companys_partition_and_the_company_index_
     theirs = {fid for fid, head in Catalog(store).all_filings().items() if head.meta.company == trust.company}
     assert len(theirs) == 3
 
-    version = Catalog(store).version()
+    version = Catalog(store).versions()
     corpus = Corpus(store, version)  # as the planning task opens it (tasks/planning.py _view)
     view = corpus.view()
     question = Question(id="q", question="What did the trust report?", scope={"company": "Common Sense Trust"}, line=1)
@@ -279,3 +279,105 @@ def test_planning_a_question_reads_its_companys_partition_and_the_company_index_
     assert {fid for fid, _ in in_scope(question, view).pool} == theirs
     with pytest.raises(FileNotFoundError):
         Catalog(store).all_filings()
+
+
+def test_an_unchanged_folder_with_a_failed_file_writes_nothing_and_still_names_the_failure(tmp_path, s3_server, bucket):
+    env, folder, client = fleet_env(None, s3_server, None), acme_folder(tmp_path / "filings"), s3_client(s3_server)
+    ingest = ["ingest", str(folder), "--corpus", f"s3://{bucket}/corpus"]
+
+    def stored() -> dict[str, str]:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="corpus/")
+        return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+    first = prism_cli(ingest, env, tmp_path)
+    assert first.returncode == 3, first.stderr  # broken.pdf gives no filing
+    failed = next(line for line in first.stderr.splitlines() if "not ingested:" in line)
+    reason = failed.split("broken.pdf: ", 1)[1]
+    before = stored()
+    assert any("catalog/sources/_delta_log/" in key for key in before)
+    again = prism_cli(ingest, env, tmp_path)
+    assert again.returncode == 3, again.stderr
+    assert stored() == before  # no Delta log entry, no data file, no head: nothing
+    assert "3 sources: 0 filings ingested, 0 new versions, 2 unchanged (3 files not read again), 1 failed" in (
+        again.stderr
+    )
+    known = next(line for line in again.stderr.splitlines() if "not ingested:" in line)
+    assert f"{folder / 'broken.pdf'}: {reason}" in known and "unchanged since it failed" in known
+
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.7\nstill not really")  # changed: read again
+    third = prism_cli(ingest, env, tmp_path)
+    assert "2 unchanged (2 files not read again), 1 failed" in third.stderr, third.stderr
+    logs = [k for k in set(stored()) - set(before) if "catalog/sources/_delta_log/" in k and k.endswith(".json")]
+    assert len(logs) == 1  # its failure, recorded again for the file as it is now
+
+
+def test_listing_failures_found_again_are_not_appended_again(tmp_path):
+    folder, corpus = acme_folder(tmp_path / "filings"), tmp_path / "corpus"
+    (folder / "metadata.jsonl").write_text(json.dumps({"file": "missing.pdf", "company": "Acme"}) + "\n")
+    (folder / "gone.pdf").symlink_to(tmp_path / "nowhere.pdf")
+    first = ingest_source(folder, LocalStore(corpus))
+    assert len(first.failed_sources) == 3  # broken.pdf, the metadata line, the link to nothing
+    before = files_of(corpus)
+    again = ingest_source(folder, LocalStore(corpus))
+    assert files_of(corpus) == before
+    assert again.failed == 3 and len(again.failures) == 3  # each named again
+    for source, reason in first.failed_sources.items():
+        assert any(f.startswith(f"{source}: {reason}") for f in again.failures), again.failures
+
+
+def test_a_resumed_run_plans_at_its_own_catalogue_versions_and_a_fresh_run_at_the_newest(tmp_path):
+    bundled = Path(__file__).parents[2] / "prism" / "data" / "edgar" / "filings"
+    folder, corpus, results, env = (
+        tmp_path / "filings",
+        tmp_path / "corpus",
+        tmp_path / "results",
+        fleet_env(None, None, None),
+    )
+    folder.mkdir()
+    for name in (
+        "sophiris-8k-2016-03-23_0001437749-16-028287.html",
+        "common-sense-trust-24f-2nt-1995-12-28_0000950129-95-001652.txt",
+    ):
+        shutil.copy(bundled / name, folder)
+    questions = tmp_path / "questions.jsonl"
+    asked = [("soph", "Sophiris"), ("orcl", "Oracle")]
+    questions.write_text(
+        "".join(
+            json.dumps({"id": i, "question": f"What did {c} announce?", "scope": {"company": c}}) + "\n"
+            for i, c in asked
+        )
+    )
+    ingest = ["ingest", str(folder), "--corpus", str(corpus)]
+    run = ["run", "--questions", str(questions), "--corpus", str(corpus), "--results", str(results)]
+    assert prism_cli(ingest, env, tmp_path).returncode == 0
+    started = prism_cli([*run, "--run-id", "night-1"], env, tmp_path)
+    pinned = run_files(results, "night-1")["manifest"]["corpus_versions"]
+    assert started.returncode == 3 and pinned == {"filings": 0, "companies": 0}, started.stderr  # Oracle: none yet
+
+    shutil.copy(bundled / "orcl-8k-2024-11-18.html", folder)  # a new company's filing comes in
+    assert prism_cli(ingest, env, tmp_path).returncode == 0
+    oracle = company_of(
+        next(h for h in Catalog(LocalStore(corpus)).all_filings().values() if h.meta.ticker == "ORCL").meta
+    )
+    resumed = prism_cli(["resume", "night-1", "--results", str(results)], env, tmp_path)
+    again = run_files(results, "night-1")
+    assert resumed.returncode == 3, resumed.stderr
+    assert again["manifest"]["corpus_versions"] == pinned
+    assert all(row.get("filing") != "orcl-8k-2024-11-18" for row in again["plan"])  # neither the filing
+    orcl = next(
+        json.loads(line) for line in (results / "runs" / "night-1" / "questions.jsonl").open() if '"orcl"' in line
+    )
+    assert "holds no filing of company 'Oracle'" in orcl["error"]
+    at_start = Corpus(LocalStore(corpus), pinned).catalog  # as its planning tasks open it
+    assert at_start.filings_of([oracle]) == {} and oracle not in at_start.companies().table["company"].to_pylist()
+    assert oracle in Catalog(LocalStore(corpus)).companies().table["company"].to_pylist()  # nor the company
+
+    fresh = prism_cli([*run, "--run-id", "night-2"], env, tmp_path)
+    night = run_files(results, "night-2")
+    assert fresh.returncode == 0, fresh.stderr
+    assert night["manifest"]["corpus_versions"] == {"filings": 1, "companies": 1}
+    assert ("orcl@orcl-8k-2024-11-18", "orcl-8k-2024-11-18") in {
+        (r["query_id"], r.get("filing")) for r in night["plan"]
+    }
+    with pytest.raises(VersionGone, match="filings table at version 7"):  # vacuumed, say: said, not the newest
+        Corpus(LocalStore(corpus), {"filings": 7, "companies": 0}).catalog.versions()

@@ -141,3 +141,45 @@ def test_new_nights_reuse_the_previous_filings_ranking_at_0(tmp_path, simulator)
     assert (earlier["previous_of"], earlier["state"], earlier["since"]) == ("acme-10k-2025", "reused", "night-1")
     best = next(r for r in third["evidence"] if r["question_id"] == "acme-rev" and "$43,500" in r["excerpt"])
     assert best["previous_filing"] == "acme-10k-2024" and "[-$41,002-]{+$43,500+}" in best["redline"]
+
+
+def nvidia_risks() -> list[str]:
+    """Seven paragraphs of NVIDIA's risk factors, word for word from its 10-Q for the quarter
+    ended July 27, 2025 (the bundled copy): acquisitions, export controls, the war in Ukraine."""
+    from prism.changes.paragraphs import paragraphs, section_key
+    from prism.ingest.filings import parse_filing
+
+    source = Path(__file__).parents[2] / "prism" / "data" / "edgar" / "filings" / "nvda-10q-2025-08-27.html"
+    found = paragraphs(parse_filing(source.read_bytes(), str(source), {}).chunks)
+    risks = [p.text for p in found if section_key(p.heading) == "risk factors" and "\n" not in p.text]
+    return [text for text in risks if 40 <= len(text.split()) <= 120][1:8]
+
+
+def test_a_paragraph_still_in_the_filing_is_not_removed_when_the_cited_chunks_edges_move(tmp_path):
+    risks, folder = nvidia_risks(), tmp_path / "filings"
+    folder.mkdir()
+    # A year later one paragraph is deleted; every chunk after it takes its next paragraph, so
+    # what last year's evidence cited now lies across other chunks' edges (chunks of 200 tokens:
+    # [1] [2, 3] [4, 5] [6, 7] before, [1] [2, 4] [5, 6] [7] now).
+    deleted = risks[2]
+    annual_report(folder, "nvda-10k-2024", "NVIDIA Corp", 2024, risks, cik="1045810")
+    annual_report(folder, "nvda-10k-2025", "NVIDIA Corp", 2025, [r for r in risks if r != deleted], cik="1045810")
+    env = fleet_env(None, None, None, PRISM_RESULTS=str(tmp_path / "res"), PRISM_CHUNK_TOKENS="200", PRISM_TOP_N="1")
+    corpus = str(tmp_path / "corpus")
+    assert prism_cli(["ingest", str(folder), "--corpus", corpus], env, tmp_path).returncode == 0
+    asked = [
+        ("sanctions", "What sanctions did the United States impose in response to the war in Ukraine?"),
+        ("acquisitions", "What additional risks do acquisitions and strategic investments bring?"),
+    ]
+    lines = [{"id": qid, "question": text, "scope": {"company": "NVIDIA"}} for qid, text in asked]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(q) + "\n" for q in lines))
+    args = ["run", "--questions", "q.jsonl", "--corpus", corpus, "--run-id", "r1", "--compare", "previous"]
+    done = prism_cli([*args, "--filings", "1"], env, tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    run = read_run(tmp_path / "res", "r1")
+    removed = [r for r in run["evidence"] if r["change"] == "removed"]
+    # only the deleted paragraph is gone; those the chunks' edges moved are in the filing still
+    assert [(r["question_id"], r["redline"]) for r in removed] == [("acquisitions", f"[-{deleted}-]")]
+    assert all(r["change"] == "unchanged" for r in run["evidence"] if r["rank"])
+    ranked = sum(1 for r in run["evidence"] if r["rank"])
+    assert f"| NVIDIA Corp | {ranked} | 1 |" in run["report"]  # the report counts the rows the table has

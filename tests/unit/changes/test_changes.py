@@ -4,8 +4,13 @@ July 27, 2025 (shared/data/edgar) unless said otherwise."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
 from prism.changes.paragraphs import (
     COUNTERPART_MIN,
+    PROSE_WORDS,
     Paragraph,
     compare,
     in_chunks,
@@ -13,7 +18,10 @@ from prism.changes.paragraphs import (
     redline,
     section_key,
 )
-from prism.ingest.models import Chunk
+from prism.changes.redlines import Compared
+from prism.ingest.filings import parse_filing
+from prism.ingest.models import Chunk, Filing
+from prism.models import JobResult, Ranking
 
 RISK_10Q = "Part II, Item 1A. Risk Factors"
 RISK_10K = "Item 1A. Risk Factors"
@@ -216,3 +224,96 @@ def test_redline_marks_words_like_git_word_diff():
     assert redline("we may rescind the rule", "we rescind the rule") == "we [-may-] rescind the rule"
     assert redline("the rule", "the new rule") == "the {+new+} rule"
     assert redline("Revenue $ 40,609", "Revenue $ 40609") == "Revenue $ 40609"  # the same figure
+
+
+# -- a chunk's edge moved: what the earlier evidence cited is still in the filing -----------------
+
+
+def chunk(chunk_id: str, text: str, heading: str | None = RISK_10K) -> Chunk:
+    return Chunk(id=chunk_id, index=int(chunk_id[-1]), page=35, text=text, tokens=0, heading=heading)
+
+
+def test_a_cited_paragraph_a_chunk_edge_moved_out_of_the_cited_chunk_is_not_removed():
+    # the previous filing's first chunk ends with the AI Diffusion paragraph; the current one
+    # opens its second chunk with it, word for word: the chunk's edge moved by one paragraph
+    before = paragraphs([chunk("f:c1", f"{EXPORT}\n\n{DIFFUSION}"), chunk("f:c2", f"{TAIWAN}\n\n{H20}")])
+    now = paragraphs([chunk("f:c1", EXPORT, RISK_10Q), chunk("f:c2", f"{DIFFUSION}\n\n{TAIWAN}\n\n{H20}", RISK_10Q)])
+    changes = compare(in_chunks(now, {"f:c1"}), before, in_chunks(before, {"f:c1"}), whole=now)
+    assert [(c.change, c.current, c.previous) for c in changes] == [("unchanged", now[0], before[0])]
+    # reworded and moved out of the cited chunk, it is still there too (modified, not cited)
+    reworded = [*now[:1], replace(now[1], text=DIFFUSION.replace("remain uncertain", "are not yet known"))]
+    assert compare(in_chunks(reworded, {"f:c1"}), before, in_chunks(before, {"f:c1"}), whole=reworded) == changes
+
+
+def test_a_cited_paragraph_truly_deleted_is_still_removed():
+    before = paragraphs([chunk("f:c1", f"{EXPORT}\n\n{DIFFUSION}"), chunk("f:c2", f"{TAIWAN}\n\n{H20}")])
+    now = paragraphs([chunk("f:c1", EXPORT, RISK_10Q), chunk("f:c2", f"{DIFFUSION}\n\n{H20}", RISK_10Q)])
+    changes = compare(in_chunks(now, {"f:c1"}), before, in_chunks(before, {"f:c1", "f:c2"}), whole=now)
+    assert [(c.change, c.previous.text if c.previous else None) for c in changes] == [
+        ("unchanged", EXPORT),
+        ("removed", TAIWAN),  # in no chunk of the current filing; DIFFUSION and H20 are, uncited
+    ]
+    # one of two near copies cited before, one left now: that one is the counterpart of the copy
+    export_too = EXPORT.replace("gaming products", "gaming GPUs")
+    before = paragraphs([chunk("f:c1", f"{DIFFUSION}\n\n{EXPORT}\n\n{export_too}")])
+    now = paragraphs([chunk("f:c1", DIFFUSION, RISK_10Q), chunk("f:c2", EXPORT, RISK_10Q)])
+    changes = compare(in_chunks(now, {"f:c1"}), before, before, whole=now)
+    assert [(c.change, c.previous.text if c.previous else None) for c in changes] == [
+        ("unchanged", DIFFUSION),
+        ("removed", export_too),
+    ]
+
+
+def nvidia_10q() -> Filing:
+    """NVIDIA's 10-Q for the quarter ended July 27, 2025, as ingest reads it (the bundled copy)."""
+    source = Path(__file__).parents[3] / "prism" / "data" / "edgar" / "filings" / "nvda-10q-2025-08-27.html"
+    return parse_filing(source.read_bytes(), str(source), {})
+
+
+def next_version(filing: Filing, chunk_id: str, moved: bool) -> Filing:
+    """The filing again with the last paragraph of a chunk moved to the start of the next chunk
+    (the chunk's edge moved by one paragraph), or deleted."""
+    chunks = list(filing.chunks)
+    at = next(i for i, c in enumerate(chunks) if c.id == chunk_id)
+    *kept, last = chunks[at].text.split("\n\n")
+    chunks[at] = chunks[at].model_copy(update={"text": "\n\n".join(kept)})
+    if moved:
+        chunks[at + 1] = chunks[at + 1].model_copy(update={"text": f"{last}\n\n{chunks[at + 1].text}"})
+    return filing.model_copy(update={"id": "nvda-next", "version": "v2", "chunks": chunks})
+
+
+def ranked(query_id: str, index: int) -> JobResult:
+    at = datetime(2025, 9, 1, tzinfo=UTC)
+    ranking = Ranking(indices=[index])
+    return JobResult(
+        run_id="r",
+        job_id=query_id,
+        query_id=query_id,
+        task="chunks",
+        ranker="financial",
+        n_candidates=1,
+        ranking=ranking,
+        started_at=at,
+        finished_at=at,
+    )
+
+
+def test_the_evidence_of_a_real_filing_whose_cited_chunk_lost_a_paragraph_to_its_neighbour():
+    earlier = nvidia_10q()
+    cited = next(c for c in earlier.chunks if section_key(c.heading) == "risk factors" and c.text.count("\n\n") == 2)
+    last = cited.text.split("\n\n")[-1]
+    assert len(last.split()) > PROSE_WORDS  # a paragraph, not a heading line
+    index = earlier.chunks.index(cited)
+    pairs = [
+        {"filing": "nvda-next", "version": "v2", "query_id": "q@nvda-next", "previous": earlier.id},
+        {"filing": earlier.id, "version": earlier.version, "query_id": "q@nvda", "previous_of": "nvda-next"},
+    ]
+    results = {"q@nvda": ranked("q@nvda", index), "q@nvda-next": ranked("q@nvda-next", index)}
+    for moved, gone in ((True, []), (False, [last])):
+        now = next_version(earlier, cited.id, moved)
+        filings = {(earlier.id, earlier.version): earlier, ("nvda-next", "v2"): now}
+        rows = [{"filing_id": "nvda-next", "chunk_id": cited.id, "question_id": "q", "question": "?", "company": "N"}]
+        removed = Compared(filings, results).rows(pairs, rows)
+        assert rows[0]["change"] == "unchanged"  # the paragraphs it still has are as they were
+        assert [r["redline"] for r in removed] == [f"[-{p}-]" for p in gone]
+        assert all(r["change"] == "removed" and r["previous_filing"] == earlier.id for r in removed)
