@@ -378,6 +378,7 @@ class PlannedPair(BaseModel):
     segments: int = 0  # first-level segments enqueued
     since: str | None = None  # reused from this run
     reused: str | None = None  # the key of the result it reuses there (its outcome, by reference)
+    lost: str | None = None  # a result an index named for it that was gone: ranked again
     # With a comparison: on a chosen filing's pair, the earlier filing it is compared with (None
     # when the company has none: its reason says so); on a pair ranked only as that earlier
     # filing, the chosen filing it is the earlier one of.
@@ -415,7 +416,7 @@ class QuestionPlan(BaseModel):
     considered: list[Considered] = []  # the best filings in its scope, scored
     pool: str = ""  # digest of the filings (and versions) in its scope: what `--new` compares
     compare: CompareMode | None = None  # its chosen filings are compared with earlier ones (pairs' previous)
-    since: Literal["unchanged", "new_question", "changed_question", "changed_filings"] | None = None
+    since: Literal["unchanged", "new_question", "changed_question", "changed_filings", "lost_result"] | None = None
     error: str | None = None  # what ended it in planning (no filing in scope, an error)
 
     @property

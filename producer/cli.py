@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from producer.commands import corpus, estimate, fetch, models, report, run, view
+from producer.commands import corpus, estimate, fetch, models, report, run, runs, view
 from producer.commands.common import console
 from producer.spec import RunError
 from workers import logs
@@ -34,6 +34,7 @@ app.command()(report.report)
 app.command(name="eval")(report.evaluate)
 app.command()(view.view)
 app.command()(models.exporter)
+app.add_typer(runs.runs_app, name="runs")
 app.add_typer(corpus.corpus_app, name="corpus")
 app.add_typer(models.prior_app, name="prior")
 app.add_typer(models.icl_app, name="icl")

@@ -49,6 +49,7 @@ def compose(
         estimate={"error": estimate} if isinstance(estimate, str) else estimate.model_dump() if estimate else None,
         evidence=evidence.table(found[0]) if found is not None else None,
         evidence_metrics=found[1] if found is not None else None,
+        jobs=sorted({r.job_id for r in state.results.values() if r.job_id}),
     )
 
 
@@ -60,6 +61,8 @@ def changes_text(c: dict) -> str:
         f"{c['questions_with_changed_filings']} questions planned again for a changed filing in scope, "
         f"{c['unchanged_questions']} unchanged (their results reused at $0)"
     )
+    if c.get("questions_with_lost_results"):
+        text += f", {c['questions_with_lost_results']} ranked again because an earlier result was gone"
     return text + ("" if c["same_config"] else "; the configuration changed, so every question is planned")
 
 

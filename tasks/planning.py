@@ -37,10 +37,10 @@ from workers.ledger import Ledger
 from workers.messages import ChunkJob, DocumentJob, Job, Priority, QuestionJob, TaskName
 from workers.runfiles import Outcome, RunFiles, RunLayout
 from workers.runtime import Runtime
-from workers.store import Store, get_model
+from workers.store import Store, get_model, result_key
 
 log = structlog.get_logger("prism")
-Standing = Literal["unchanged", "new_question", "changed_question", "changed_filings"]
+Standing = Literal["unchanged", "new_question", "changed_question", "changed_filings", "lost_result"]
 DocumentState = Literal["done", "reused"]
 
 
@@ -117,8 +117,8 @@ def _reused_since(rt: Runtime, job: QuestionJob, plan: QuestionPlan, ledger: Led
     if plan.since == "unchanged" and earlier.reuse(job, plan, ledger):
         ledger.planned(job, plan, plan.outcomes)
         return True
-    if plan.since == "unchanged":  # an earlier result is missing: ranked again
-        plan.since = "changed_filings"
+    if plan.since == "unchanged":  # an earlier result is gone: ranked again, and counted
+        plan.since = "lost_result"
     return False
 
 
@@ -143,16 +143,19 @@ def _pair(rt: Runtime, ledger: Ledger, job: QuestionJob, rank: int, choice: Choi
         state="enqueued",
     )
     budget = rt.budget(job)
-    if ledger.has_outcome(pair):
+    done = ledger.has_outcome(pair)
+    found = ledger.find(pair) if job.reuse and not done else None
+    if done:
         planned.state = "done"
-    elif job.reuse and (found := ledger.reusable(pair)) and ledger.reference(pair, found):
-        planned.state, planned.reused, planned.since = "reused", found, RunLayout.run_of(found)
+    elif found is not None and found.key and (origin := ledger.reference(pair, found.key)):
+        planned.state, planned.reused, planned.since = "reused", found.key, origin
     elif budget is not None and budget.exhausted():
         ledger.skipped(pair, [])
         planned.state = "pending"
     else:
         source = FilingChunks(Corpus(rt.store(job.corpus)), fid, version, rt.counter(Chunking().encoding))
         planned.segments = fan_out(rt, pair.model_copy(update={"question": q.question}), source)
+        planned.lost = found.lost if found is not None else None
     return planned
 
 
@@ -228,21 +231,34 @@ class Earlier:
     def reuse(self, job: QuestionJob, plan: QuestionPlan, ledger: Ledger) -> bool:
         """The earlier run's results of the question's pairs, as this run's; False when one is
         missing (nothing is reused then: the question is ranked again)."""
-        before, earlier = self.questions[plan.question_id], RunLayout(self.run_id)
+        before = self.questions[plan.question_id]
         pairs = [PlannedPair.model_validate(p) for p in before["pairs"]]
-        # The result each pair reuses: the earlier run's own, or the one that run reused in turn.
-        origins = [p.reused or earlier.result("chunks", p.query_id) for p in pairs]
-        if not all(ledger.store.exists(key) for key in origins):
+        origins = [o for p in pairs if (o := self._origin(job, plan, p, ledger.store))]
+        if len(origins) < len(pairs):
             return False
         for p, origin in zip(pairs, origins, strict=True):
             pair = ChunkJob(**_common(job), job_id="", query_id=p.query_id, input_key="", n_candidates=0)
             if not ledger.has_outcome(pair):
                 ledger.reference(pair, origin)
-            update = {"state": "reused", "since": RunLayout.run_of(origin), "reused": origin, "segments": 0}
+            since = p.since if p.reused else self.run_id
+            update = {"state": "reused", "since": since, "reused": origin, "segments": 0, "lost": None}
             plan.pairs.append(p.model_copy(update=update))
         plan.period, plan.forms_ranked_by = before.get("period", ""), before.get("forms_ranked_by", "")
         plan.considered = [Considered.model_validate(c) for c in before.get("considered", [])]
         return True
+
+    def _origin(self, job: QuestionJob, plan: QuestionPlan, pair: PlannedPair, store: Store) -> str | None:
+        """Where a pair's earlier result is kept: the shared copy under its job id (which outlives
+        a pruned run), else the result that run reused in turn or its own, copied back into the
+        shared place (a repair); None when each is gone."""
+        shared = result_key(pair_job_id(plan.question, pair.filing, pair.version, job.config))
+        own = RunLayout(self.run_id).result("chunks", pair.query_id)
+        for key in dict.fromkeys(k for k in (shared, pair.reused, own) if k):
+            if store.exists(key):
+                if key != shared:
+                    store.put(shared, store.get(key))
+                return shared
+        return None
 
 
 # -- the steps ------------------------------------------------------------------------------------

@@ -15,6 +15,17 @@ from workers.store import Store
 
 log = structlog.get_logger("prism")
 
+DURABLE_PREFIX = "cache/llm/"  # the durable cache's answers, in the results store or PRISM_CACHE_URI
+
+
+def remove_expired(store: Store, ttl_s: float, now: float | None = None) -> int:
+    """Delete the durable answers written more than ``ttl_s`` ago (a read would take them for a
+    miss anyway), so the cache holds what the last ``ttl_s`` asked; returns how many went."""
+    cutoff = (time.time() if now is None else now) - ttl_s
+    old = [key for key, written in store.modified(DURABLE_PREFIX) if written < cutoff]
+    store.delete_many(old)
+    return len(old)
+
 
 class TieredCache:
     def __init__(self, hot: redis.Redis | None, durable: Store | None, hot_ttl_s: int, ttl_s: int):
@@ -22,7 +33,7 @@ class TieredCache:
 
     @staticmethod
     def _key(key: str) -> str:
-        return f"cache/llm/{key[:2]}/{key}.json"
+        return f"{DURABLE_PREFIX}{key[:2]}/{key}.json"
 
     def get(self, key: str) -> dict | None:
         if self.hot is not None:

@@ -341,6 +341,7 @@ class Catalog:
             else:
                 metrics = table.optimize.compact()
             table.create_checkpoint()
+            table.cleanup_metadata()  # log files older than the table's log retention (30 days): the log stays bounded
             removed = table.vacuum(retention_hours=vacuum_hours, dry_run=False, enforce_retention_duration=True)
             done[name] = {"added": metrics.get("numFilesAdded", 0), "removed": metrics.get("numFilesRemoved", 0)}
             done[name]["deleted"] = len(removed)

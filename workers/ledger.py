@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import redis
 import structlog
@@ -19,7 +19,7 @@ from prism.models import CallRecord, Cited, Failure, JobResult, Ranking, Spent, 
 from workers import keys
 from workers.messages import Job
 from workers.runfiles import ENDED, FOLDERS, Outcome, RunLayout
-from workers.store import Store, get_model, index_key, last_over_key, put_model, safe_name
+from workers.store import Store, get_model, index_key, last_over_key, put_model, result_key, safe_name
 
 log = structlog.get_logger("prism")
 
@@ -109,6 +109,11 @@ class MemoryProgress:
         return dict(self.records.get(plans, {}))
 
 
+class Found(NamedTuple):
+    key: str | None  # a result to reuse
+    lost: str | None = None  # a result an index named that is gone
+
+
 def progress_name(task: Task, query_id: str) -> str:
     return f"{task}/{safe_name(query_id)}"
 
@@ -148,7 +153,8 @@ class Ledger:
         )
         key = RunLayout(job.run_id).result(job.task, job.query_id)
         if put_model(self.store, key, result, if_absent=True):
-            self.store.put(index_key(job.job_id), key.encode())
+            # Shared under its job id, so a later run reuses it after this run's folder is pruned.
+            put_model(self.store, result_key(job.job_id), result)
             self._finished(job, Outcome.DONE, calls)
         else:
             self._spent(job, calls, "duplicate delivery: the result was already stored")
@@ -225,22 +231,39 @@ class Ledger:
         planned, plans = keys.planned(uri, job.run_id), keys.plans(uri, job.run_id)
         self.progress.plan(planned, plans, job.query_id, outcomes, record.model_dump_json())
 
-    def reference(self, job: Job, earlier_key: str) -> bool:
-        """An earlier run's result as this pair's outcome, by reference: its question's plan
-        (which the ledger keeps, see ``planned``) names the result, so a night that reuses a
-        thousand questions writes no file for each. False when there is no such result."""
-        if not self.store.exists(earlier_key):
-            return False
+    def reference(self, job: Job, earlier_key: str) -> str | None:
+        """An earlier result as this pair's outcome, by reference: its question's plan (which the
+        ledger keeps, see ``planned``) names the result, so a night that reuses a thousand
+        questions writes no file for each. The run that ranked it, or None when it is gone."""
+        try:
+            earlier = get_model(self.store, earlier_key, JobResult)
+        except KeyError:
+            return None
         self._finished(job, Outcome.DONE, [])
-        return True
+        return earlier.reused_from or earlier.run_id
 
     def reusable(self, job: Job) -> str | None:
-        """Where an earlier run stored its result for this job id, if any run did."""
+        """Where a result for this job id is kept, if any run ranked it."""
+        return self.find(job).key
+
+    def find(self, job: Job) -> Found:
+        """Where a result for this job id is kept: the shared copy, or where an earlier release's
+        index points. An index entry whose target is gone is a miss, removed (the job ranks again
+        and its result takes the entry's place) and named in ``lost``."""
+        shared = result_key(job.job_id)
+        if self.store.exists(shared):
+            return Found(shared)
         try:
             earlier_key = self.store.get(index_key(job.job_id)).decode()
         except KeyError:
-            return None
-        return earlier_key if not earlier_key.startswith(RunLayout(job.run_id).base + "/") else None
+            return Found(None)
+        if earlier_key.startswith(RunLayout(job.run_id).base + "/"):
+            return Found(None)
+        if self.store.exists(earlier_key):
+            return Found(earlier_key)
+        self.store.delete(index_key(job.job_id))
+        log.info("a reusable result is gone: ranked again", job_id=job.job_id, key=earlier_key)
+        return Found(None, lost=earlier_key)
 
     def lost(self, run_id: str, task: Task, query_id: str, line: int | None, error: str) -> None:
         """A job the run enqueued that never got an outcome: a failure saying so, unless it has one."""

@@ -10,6 +10,8 @@ writes the jobs' outcomes and the calls no outcome holds, through the same layou
     runs/<run_id>/cost.json, summary.json, metrics.json, evidence_metrics.json, estimate.json,
         failures.jsonl, pending.jsonl, report.md and its plots, evidence.csv, evidence.parquet
                                                    what the run came to (producer/report.py)
+    runs/<run_id>/jobs.txt                         the job id of every result it holds, one a line: the
+                                                   shared results (index/results/) a prune keeps for it
     runs/<run_id>/inputs/<name>.json               a chunk query's candidates, and their prepared inputs
     runs/<run_id>/batch/{pending,online,batches}/  a batch-mode run's requests and batches (workers/batches.py)
     -- written by the ledger (workers/ledger.py) --
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pydantic import BaseModel
@@ -108,6 +110,7 @@ class ReportFiles:
     estimate: dict | None = None
     evidence: tuple[bytes, bytes] | None = None  # evidence.csv, evidence.parquet
     evidence_metrics: dict | None = None
+    jobs: list[str] = field(default_factory=list)  # the job ids of its results (jobs.txt)
 
 
 class RunFiles:
@@ -118,6 +121,18 @@ class RunFiles:
         self._status: str | None = None  # the manifest's, as last read or written here
 
     # -- the run --------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """Whether the run's folder still holds its manifest (a run's last file to go)."""
+        return self.store.exists(self.layout.file("manifest.json"))
+
+    def remove(self) -> int:
+        """Remove the run's folder, its manifest last (a removal that dies midway leaves a folder
+        the next prune finds and finishes); returns how many objects went."""
+        keys = [k for k in self.store.keys(f"{self.layout.base}/") if k != self.layout.file("manifest.json")]
+        self.store.delete_many(keys)
+        self.store.delete_many([self.layout.file("manifest.json")])
+        return len(keys) + 1
 
     def manifest(self) -> RunManifest:
         """KeyError when the run has none."""
@@ -211,7 +226,15 @@ class RunFiles:
             self.store.put(self.layout.file("evidence.parquet"), report.evidence[1])
         for name, image in report.images.items():
             self.store.put(self.layout.file(name), image)
+        self.store.put(self.layout.file("jobs.txt"), "".join(f"{job}\n" for job in report.jobs).encode())
         self.store.put(self.layout.file("report.md"), report.text.encode())
+
+    def jobs(self) -> set[str] | None:
+        """The job ids of the results it holds, as its last report wrote them; None before one."""
+        try:
+            return set(self.store.get(self.layout.file("jobs.txt")).decode().split())
+        except KeyError:
+            return None
 
     def json(self, name: str) -> dict:
         return json.loads(self.store.get(self.layout.file(name)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+import structlog
 from pydantic import BaseModel
 
 from prism.ingest.models import Filing
@@ -15,6 +16,8 @@ from prism.runs.outcomes import RunOutcomes
 from workers.corpus import Corpus
 from workers.runfiles import Outcome, RunFiles, RunLayout
 from workers.store import Store, get_model
+
+log = structlog.get_logger("prism")
 
 
 class RunState(RunOutcomes):
@@ -69,9 +72,17 @@ class RunState(RunOutcomes):
             mine = self.layout.result("chunks", query_id)
             if mine in self.results:
                 continue
-            earlier = get_model(self.store, result, JobResult)
+            try:
+                earlier = get_model(self.store, result, JobResult)
+            except KeyError:  # removed since it was planned: the pair stays pending, not an error
+                log.warning("a reused result is gone", query_id=query_id, key=result)
+                continue
             # Under this run's query id: the same question may have had another id there.
-            update = {"run_id": self.layout.run_id, "query_id": query_id, "reused_from": RunLayout.run_of(result)}
+            update = {
+                "run_id": self.layout.run_id,
+                "query_id": query_id,
+                "reused_from": earlier.reused_from or earlier.run_id,
+            }
             self.results[mine] = earlier.model_copy(update=update | {"calls": []})
 
     def _plans(self) -> Iterable[dict]:

@@ -40,7 +40,7 @@ class EndpointOverride(BaseModel):
     output_cap_param: OutputCapParam | None = None
 
 
-RESULTS_COMMANDS = ("run", "enqueue", "resume", "status", "report", "eval", "view")
+RESULTS_COMMANDS = ("run", "enqueue", "resume", "status", "report", "eval", "view", "runs", "prune")
 SELECTING = ("ingest", "fetch")  # the commands that take a selection of filings
 
 

@@ -1,7 +1,10 @@
 """Where inputs are read and results written: a local folder or an S3 bucket, laid out alike.
 
 runs/<run_id>/...                                a run's folder: laid out where it is written, workers/runfiles.py
-index/jobs/<job_id>                              the key of a stored result, for later runs (index_key)
+index/results/<job_id>.json                      a job's result, shared by every run that ranks or reuses it
+                                                 (result_key): content-addressed, kept while a kept run names it
+index/jobs/<job_id>                              the key of a result in a run's folder (written by earlier releases;
+                                                 read, and removed once its target is gone)
 index/corpora/<corpus>.json                      the last run over a corpus, for --new (last_over_key)
 index/prompt_checks/<digest>.json                a model's last system-prompt check (prompt_check_key)
 index/vectors/<embedder>/<digest>.npy            a filing version's page vectors (vectors_key)
@@ -38,8 +41,14 @@ def safe_name(text: str) -> str:
     return f"{slug}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
+def result_key(job_id: str) -> str:
+    """A job's result where every later run finds it: the same question, filing version and
+    configuration make the same job id, so this outlives the run that ranked it."""
+    return f"index/results/{job_id}.json"
+
+
 def index_key(job_id: str) -> str:
-    """Where any run's result for this job id is recorded (for reuse by later runs)."""
+    """Where an earlier release recorded the run-folder key of a job's result."""
     return f"index/jobs/{job_id}"
 
 
@@ -72,6 +81,14 @@ class Store(Protocol):
     def exists(self, key: str) -> bool: ...
 
     def keys(self, prefix: str) -> Iterator[str]: ...
+
+    def folders(self, prefix: str) -> Iterator[str]:  # the names one level under a folder ("runs/")
+        ...
+
+    def modified(self, prefix: str) -> Iterator[tuple[str, float]]:  # each key with its last write (epoch s)
+        ...
+
+    def delete_many(self, keys: list[str]) -> None: ...
 
     def stamp(self, key: str) -> str:  # size and modification time or ETag: changes when the object does
         ...
@@ -153,6 +170,27 @@ class LocalStore:
             if path.is_file() and not path.name.startswith(".tmp-") and key.startswith(prefix):
                 yield key
 
+    def folders(self, prefix: str) -> Iterator[str]:
+        base = self.root / prefix
+        if base.is_dir():
+            yield from sorted(p.name for p in base.iterdir() if p.is_dir())
+
+    def modified(self, prefix: str) -> Iterator[tuple[str, float]]:
+        for key in self.keys(prefix):
+            try:
+                yield key, (self.root / key).stat().st_mtime
+            except FileNotFoundError:
+                continue
+
+    def delete_many(self, keys: list[str]) -> None:
+        """Delete, then remove the folders that left empty (a removed run leaves no folder behind)."""
+        for key in keys:
+            self.delete(key)
+        for folder in sorted({(self.root / k).parent for k in keys}, key=lambda p: len(p.parts), reverse=True):
+            while folder != self.root and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+                folder = folder.parent
+
     def table_location(self, key: str) -> tuple[str, dict[str, str]]:
         return str(self.root / key), {}
 
@@ -209,6 +247,28 @@ class S3Store:
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
             for item in page.get("Contents", []):
                 yield item["Key"][strip:]
+
+    def folders(self, prefix: str) -> Iterator[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self._key(prefix), Delimiter="/"
+        )
+        for page in pages:
+            for common in page.get("CommonPrefixes", []):
+                yield common["Prefix"].rstrip("/").rsplit("/", 1)[-1]
+
+    def modified(self, prefix: str) -> Iterator[tuple[str, float]]:
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
+            for item in page.get("Contents", []):
+                yield item["Key"][strip:], item["LastModified"].timestamp()
+
+    def delete_many(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), 1000):  # S3's most in one request
+            objects = [{"Key": self._key(k)} for k in keys[start : start + 1000]]
+            done = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+            if done.get("Errors"):
+                first = done["Errors"][0]
+                raise OSError(f"S3 did not delete {first['Key']}: {first.get('Message', first.get('Code'))}")
 
     def table_location(self, key: str) -> tuple[str, dict[str, str]]:
         """Delta Lake's URI and options for a key: this client's endpoint, region and credentials;

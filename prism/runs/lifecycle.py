@@ -108,6 +108,7 @@ def question_changes(changes: dict, plans: list[QuestionPlan]) -> dict:
         "new_questions": stood["new_question"],
         "changed_questions": stood["changed_question"],
         "questions_with_changed_filings": stood["changed_filings"],
+        "questions_with_lost_results": stood["lost_result"],
     }
 
 
@@ -117,6 +118,9 @@ def _question_counts(plans: list[QuestionPlan]) -> dict[str, int]:
         "documents": sum(p.documents is not None for p in plans),
         "chunks": sum(len(p.pairs) or 1 for p in plans),
         "segments": sum(pair.segments for p in plans for pair in p.pairs),
+        # results an index or an earlier run named that were gone (pruned, expired): ranked again
+        "lost_results": sum(p.since == "lost_result" for p in plans)
+        + sum(bool(pair.lost) for p in plans for pair in p.pairs),
     }
 
 

@@ -140,20 +140,32 @@ def run_spec(
 
 
 def _since(spec: RunSpec, settings: Settings) -> RunSpec:
+    """The run `--new` starts from: the last complete run over the corpus; where its folder is
+    gone (pruned, a lifecycle rule, by hand), the newest complete one that is still there."""
     from dataclasses import replace
 
+    from prism.runs.retention import newest_complete
     from workers.ledger import last_over
+    from workers.retention import run_entries
+    from workers.runfiles import RunFiles
     from workers.store import open_store
 
     assert spec.corpus is not None
-    since = last_over(open_store(settings.results, settings), spec.corpus)
-    if since is None:
-        console.print(
-            f"--new: no complete earlier run over {spec.corpus} in {settings.results}; every question is planned"
-        )
-    else:
-        console.print(f"--new: starting from run {since}, the last complete run over {spec.corpus}")
-    return replace(spec, since=since)
+    store = open_store(settings.results, settings)
+    last = last_over(store, spec.corpus)
+    if last is not None and RunFiles(store, last).exists():
+        console.print(f"--new: starting from run {last}, the last complete run over {spec.corpus}")
+        return replace(spec, since=last)
+    found = newest_complete(r for r in run_entries(store) if r.corpus == spec.corpus).get(spec.corpus)
+    gone = f"the last complete run over {spec.corpus}, {last}, is gone" if last else ""
+    if found is None:
+        said = f"{gone} and no earlier complete run is left" if gone else f"no complete earlier run over {spec.corpus}"
+        console.print(f"--new: {said} in {settings.results}; every question is planned")
+        return replace(spec, since=None)
+    console.print(
+        f"--new: {gone or 'the last run over ' + spec.corpus + ' is not recorded'}; starting from run {found.run_id}"
+    )
+    return replace(spec, since=found.run_id)
 
 
 def open_runs(settings: Settings) -> Runs:
