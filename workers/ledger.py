@@ -234,10 +234,13 @@ class Ledger:
     def reference(self, job: Job, earlier_key: str) -> str | None:
         """An earlier result as this pair's outcome, by reference: its question's plan (which the
         ledger keeps, see ``planned``) names the result, so a night that reuses a thousand
-        questions writes no file for each. The run that ranked it, or None when it is gone."""
+        questions writes no file for each. The run that ranked it; None when it is gone, or when
+        this run ranked it (for another question: ranked again, as before results were shared)."""
         try:
             earlier = get_model(self.store, earlier_key, JobResult)
         except KeyError:
+            return None
+        if earlier.run_id == job.run_id:  # ranked in this run, for another question: ranked for this one too
             return None
         self._finished(job, Outcome.DONE, [])
         return earlier.reused_from or earlier.run_id

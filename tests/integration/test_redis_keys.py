@@ -33,6 +33,8 @@ def test_after_several_nights_every_key_expires_or_is_bounded(
     tmp_path, redis_url, s3_server, bucket, simulator, start_worker
 ):
     simulator.config = SimulatorConfig(mode="lexical")
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()  # this module's keys alone: the tests before it in this process used the same DB
     env = fleet_env(redis_url, s3_server, simulator.url, PRISM_RESULTS=f"s3://{bucket}/prism", PRISM_STALL_S="5")
     start_worker(env)
     assert prism_cli(["sample", "demo"], env, tmp_path).returncode == 0
@@ -40,7 +42,6 @@ def test_after_several_nights_every_key_expires_or_is_bounded(
     (tmp_path / "q.jsonl").write_text("".join(line + "\n" for line in lines))
     corpus = f"s3://{bucket}/corpus"
     assert prism_cli(["ingest", "demo/filings", "--corpus", corpus], env, tmp_path).returncode == 0
-    client = redis.Redis.from_url(redis_url)
     counts = []
     for night in range(3):
         args = ["run", "--questions", "q.jsonl", "--corpus", corpus, "--new", "--run-id", f"n{night}"]
